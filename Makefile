@@ -1,0 +1,60 @@
+# streams_app: the two commands are `make demo` and `make test`; everything else is optional.
+# Both set up what they need (virtualenv, Kafka jars from Maven Central) once and reuse it after.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The install stamp is keyed by pyproject.toml, so a dependency change reinstalls.
+STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-10)
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test chaos bench pipeline lint typecheck broker-start broker-stop clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streams_app needs Python >= 3.11 (set PYTHON=python3.11)")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,spark,dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+## setup: virtualenv + Kafka broker jars (both cached after the first run)
+setup: $(STAMP)
+	@$(BIN)/streams-app broker fetch
+
+## demo: embedded broker, a worker on topologies.orders, data in, committed results out
+demo: setup
+	$(BIN)/streams-app demo
+
+## test: the whole suite against real brokers (single node, 3-node cluster, Spark, PostgreSQL)
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## chaos: the long exactly-once fault suite (see `streams-app chaos --help` for options)
+chaos: setup
+	$(BIN)/python -m streams_app.chaos $(CHAOS_ARGS)
+
+## bench: throughput of exactly-once vs at-least-once vs a bare aiokafka loop
+bench: setup
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+
+## pipeline: the Spark pipeline for the orders topology, locally
+pipeline: setup
+	$(BIN)/streams-app pipeline $(PIPELINE_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check streams_app topologies tests
+	$(BIN)/ruff format --check streams_app topologies tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+broker-start: setup
+	$(BIN)/streams-app broker start
+
+broker-stop: $(STAMP)
+	$(BIN)/streams-app broker stop
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

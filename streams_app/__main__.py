@@ -1,0 +1,5 @@
+import sys
+
+from streams_app.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""The ``streams-app`` command line."""

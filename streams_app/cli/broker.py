@@ -1,0 +1,49 @@
+"""``streams-app broker fetch|start|stop|status``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from streams_app.broker import devserver
+from streams_app.broker.jars import broker_libs, kafka_version
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("broker", help="the embedded Kafka broker for local development")
+    actions = parser.add_subparsers(dest="broker_command", required=True)
+    actions.add_parser("fetch", help="resolve the Kafka jars from Maven Central (cached)")
+    start = actions.add_parser("start", help="start a local broker (keeps running)")
+    start.add_argument("--port", type=int, default=9092, help="listener port (0: any free port)")
+    start.add_argument("--fresh", action="store_true", help="discard the previous data")
+    actions.add_parser("stop", help="stop the local broker")
+    actions.add_parser("status", help="is the local broker running?")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    command = args.broker_command
+    if command == "fetch":
+        t0 = time.monotonic()
+        libs = broker_libs()
+        jars = len(list(libs.glob("*.jar")))
+        print(f"Kafka {kafka_version()}: {jars} jars in {libs} ({time.monotonic() - t0:.1f}s)")
+        return 0
+    if command == "start":
+        t0 = time.monotonic()
+        state = devserver.start(port=args.port, fresh=args.fresh)
+        print(
+            f"Kafka {kafka_version()} broker running at {state.bootstrap} (pid {state.pid}, "
+            f"ready in {time.monotonic() - t0:.1f}s); log: {devserver.log_path()}"
+        )
+        return 0
+    if command == "stop":
+        stopped = devserver.stop()
+        print("broker stopped" if stopped else "no broker was running")
+        return 0
+    state, answering = devserver.status()
+    if state and answering:
+        print(f"running at {state.bootstrap} (pid {state.pid})")
+        return 0
+    print("not running")
+    return 1

@@ -1,0 +1,1 @@
+"""Testing support for app teams: pytest fixtures for a real broker, and the topology harness."""
