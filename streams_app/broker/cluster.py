@@ -182,7 +182,8 @@ class EmbeddedKafka:
                 return last
             time.sleep(0.2)
         tails = "\n".join(
-            f"--- node {n.node_id} ({n.log_path}) ---\n{n.log_tail(30)}" for n in self.nodes.values()
+            f"--- node {n.node_id} ({n.log_path}) ---\n{n.log_tail(30)}"
+            for n in self.nodes.values()
         )
         raise BrokerUnavailable(
             self.bootstrap_servers,

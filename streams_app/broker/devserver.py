@@ -7,6 +7,7 @@ between ``stop`` and ``start`` and listens on a fixed port (9092 unless told oth
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -87,7 +88,9 @@ def start(port: int = 9092, fresh: bool = False, timeout: float = 90.0) -> DevBr
     try:
         kafka.start(timeout=timeout)
     except OSError as exc:
-        raise StreamsAppError(f"could not start the broker on 127.0.0.1:{broker_port}: {exc}") from exc
+        raise StreamsAppError(
+            f"could not start the broker on 127.0.0.1:{broker_port}: {exc}"
+        ) from exc
     node = kafka.node(1)
     assert node.pid is not None
     new_state = DevBrokerState(
@@ -118,10 +121,8 @@ def stop(grace: float = 20.0) -> bool:
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def log_path() -> Path:

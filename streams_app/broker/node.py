@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -197,10 +198,8 @@ class KafkaNode:
 
     def _signal(self, sig: signal.Signals) -> None:
         if self.process and self.process.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.process.pid, sig)
-            except ProcessLookupError:
-                pass
 
     def log_tail(self, lines: int = 60) -> str:
         try:

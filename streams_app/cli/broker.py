@@ -41,9 +41,9 @@ def run(args: argparse.Namespace) -> int:
         stopped = devserver.stop()
         print("broker stopped" if stopped else "no broker was running")
         return 0
-    state, answering = devserver.status()
-    if state and answering:
-        print(f"running at {state.bootstrap} (pid {state.pid})")
+    current, answering = devserver.status()
+    if current and answering:
+        print(f"running at {current.bootstrap} (pid {current.pid})")
         return 0
     print("not running")
     return 1

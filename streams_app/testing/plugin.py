@@ -79,10 +79,10 @@ def unique() -> str:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[Any]:
     """When a test that used a broker fails, put the broker's last log lines in the report."""
     outcome = yield
-    report = outcome.get_result()
+    report = outcome.get_result()  # type: ignore[attr-defined]
     if report.when != "call" or not report.failed:
         return
     fixturenames = getattr(item, "fixturenames", ())

@@ -47,7 +47,10 @@ async def read_all(
 
 
 async def committed_when_settled(
-    consumer: AIOKafkaConsumer, tp: TopicPartition, probe: TopicPartition, probe_value: int,
+    consumer: AIOKafkaConsumer,
+    tp: TopicPartition,
+    probe: TopicPartition,
+    probe_value: int,
     timeout: float = 15.0,
 ) -> int | None:
     """The committed offset of ``tp`` once every earlier transaction of the group has completed.

@@ -1,4 +1,4 @@
-"""A broker dies in the middle of transactional writes: committed data survives, aborted never shows.
+"""A broker dies amid transactional writes: committed data survives, aborted data never shows.
 
 Runs on the embedded 3-node cluster (replication 3, min.insync.replicas=2), so losing one node
 loses nothing that was acknowledged.
