@@ -1,0 +1,238 @@
+"""The Kafka operations the runtime uses, as protocols a transport implements.
+
+Kept deliberately small: only what exactly-once processing needs. Everything is asyncio; every
+offset is "the next record to read", as in Kafka's own APIs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol, runtime_checkable
+
+
+class TopicPartition(NamedTuple):
+    """Interchangeable with ``aiokafka.TopicPartition`` (tuples compare and hash by value)."""
+
+    topic: str
+    partition: int
+
+
+@runtime_checkable
+class RecordLike(Protocol):
+    """A consumed record. aiokafka's ``ConsumerRecord`` satisfies it without conversion."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]]
+
+
+class RecordMetadataLike(Protocol):
+    """Where a produced record landed."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class GroupMetadata:
+    """The consumer group membership a transaction's offsets are committed under (KIP-447).
+
+    The runtime snapshots it when partitions are assigned and never reads live values: aiokafka
+    resets generation and member id to -1/"" on errors, and the broker accepts a TxnOffsetCommit
+    with those defaults *without* any fencing check.
+    """
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+
+    @property
+    def is_valid(self) -> bool:
+        return self.generation_id >= 0 and bool(self.member_id)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """Consumer settings the runtime chooses per processing guarantee (see runtime.guarantees)."""
+
+    group_id: str | None
+    isolation_level: str = "read_committed"
+    enable_auto_commit: bool = False
+    auto_offset_reset: str = "earliest"
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
+    max_poll_interval_ms: int = 300_000
+    max_poll_records: int = 1_000
+    fetch_max_wait_ms: int = 100
+    rebalance_timeout_ms: int | None = None
+    client_id: str = "streams-app"
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Producer settings the runtime chooses per processing guarantee (see runtime.guarantees)."""
+
+    transactional_id: str | None
+    acks: int | str = "all"
+    enable_idempotence: bool = True
+    transaction_timeout_ms: int = 10_000
+    request_timeout_ms: int = 30_000
+    linger_ms: int = 5
+    max_batch_size: int = 256 * 1024
+    compression_type: str | None = None
+    client_id: str = "streams-app"
+
+
+class RebalanceListener(Protocol):
+    """Called around a (eager) rebalance. ``on_partitions_revoked`` runs before the rejoin."""
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
+
+
+class ConsumerClient(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None:
+        """Leave the group (if any) and close."""
+        ...
+
+    def subscribe(self, topics: Collection[str], listener: RebalanceListener) -> None: ...
+
+    def assign(self, partitions: Collection[TopicPartition]) -> None:
+        """Manual assignment, no group (used for changelog restore)."""
+        ...
+
+    def assignment(self) -> set[TopicPartition]: ...
+
+    async def getmany(
+        self, timeout_ms: int, max_records: int | None = None
+    ) -> Mapping[TopicPartition, Sequence[RecordLike]]: ...
+
+    def seek(self, tp: TopicPartition, offset: int) -> None: ...
+
+    async def position(self, tp: TopicPartition) -> int:
+        """The next offset to fetch; past transaction markers once they have been fetched."""
+        ...
+
+    async def committed_offsets(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets, waiting out pending transactional commits.
+
+        Implementations must use OffsetFetch with ``require_stable`` (KIP-447): a partition
+        whose offsets are part of a still-open transaction (a zombie's) is not answered until
+        that transaction completes, or the new owner would start from a stale offset.
+        """
+        ...
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """A plain (non-transactional) offset commit, for at-least-once and at-most-once."""
+        ...
+
+    def pause(self, partitions: Collection[TopicPartition]) -> None: ...
+
+    def resume(self, partitions: Collection[TopicPartition]) -> None: ...
+
+    def group_metadata(self) -> GroupMetadata:
+        """The membership as of now (the runtime snapshots it at assignment)."""
+        ...
+
+
+class ProducerClient(Protocol):
+    @property
+    def transactional(self) -> bool: ...
+
+    async def start(self) -> None:
+        """For a transactional producer: InitProducerId, which fences any older instance with
+        the same transactional.id and aborts the transaction it left open."""
+        ...
+
+    async def stop(self) -> None: ...
+
+    async def begin_transaction(self) -> None: ...
+
+    async def send(
+        self,
+        topic: str,
+        *,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[RecordMetadataLike]:
+        """Enqueue a record; the returned future resolves when the broker acknowledged it."""
+        ...
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group: GroupMetadata
+    ) -> None:
+        """TxnOffsetCommit carrying ``group``'s generation and member id (KIP-447)."""
+        ...
+
+    async def commit_transaction(self) -> None: ...
+
+    async def abort_transaction(self) -> None: ...
+
+    async def flush(self) -> None: ...
+
+
+class AdminClient(Protocol):
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def partition_counts(self, topics: Collection[str]) -> dict[str, int]:
+        """Partition count of each topic that exists; missing topics are left out."""
+        ...
+
+    async def create_topics(self, specs: Collection[TopicSpec]) -> None:
+        """Create the topics that do not exist yet; existing ones are left alone."""
+        ...
+
+    async def end_offsets(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """High watermarks (read_uncommitted ListOffsets): restore reads up to these."""
+        ...
+
+    async def beginning_offsets(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, int]: ...
+
+    async def check_exactly_once_support(self) -> None:
+        """Raise BrokerTooOld unless the broker has TxnOffsetCommit v3 and OffsetFetch v7."""
+        ...
+
+
+class Transport(Protocol):
+    """Makes the clients of one worker."""
+
+    @property
+    def address(self) -> str:
+        """Where the brokers are, for error messages."""
+        ...
+
+    def consumer(self, config: ConsumerConfig) -> ConsumerClient: ...
+
+    def producer(self, config: ProducerConfig) -> ProducerClient: ...
+
+    def admin(self) -> AdminClient: ...
