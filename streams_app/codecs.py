@@ -9,7 +9,7 @@ plain JSON.
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol, TypeAlias, cast
+from typing import Any, Protocol, TypeAlias
 
 
 class Codec(Protocol):
@@ -119,7 +119,8 @@ _NAMED: dict[str, Codec] = {"raw": RawCodec(), "str": StrCodec(), "json": JsonCo
 
 
 def resolve_codec(spec: CodecSpec, default: str = "json") -> Codec:
-    """``"json"`` / ``"raw"`` / ``"str"``, a Record subclass, ``str``/``bytes``, or a codec object."""
+    """A codec from ``"json"``/``"raw"``/``"str"``, a Record subclass, ``str``/``bytes``, or one
+    already made."""
     if spec is None:
         return _NAMED[default]
     if isinstance(spec, str):
@@ -140,5 +141,5 @@ def resolve_codec(spec: CodecSpec, default: str = "json") -> Codec:
             return RecordCodec(spec)
         raise ValueError(f"no codec for {spec.__name__}: use a faust.Record subclass")
     if hasattr(spec, "dumps") and hasattr(spec, "loads"):
-        return cast(Codec, spec)
+        return spec
     raise ValueError(f"cannot make a codec out of {spec!r}")
