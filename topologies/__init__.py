@@ -1,1 +1,4 @@
-"""Topologies written the way an app team writes them: ``streams-app -A topologies.<name> worker``."""
+"""Topologies written as an app team writes them.
+
+Run one with ``streams-app -A topologies.<name> worker``.
+"""
