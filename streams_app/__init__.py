@@ -1,3 +1,34 @@
-"""streams_app: exactly-once stream processing for Python."""
+"""streams_app: exactly-once stream processing for Python.
+
+Faust-style agents and tables on a runtime that mirrors Kafka Streams' exactly_once_v2: one
+transactional producer per worker, every commit one Kafka transaction holding outputs, changelog
+records and offsets, zombies fenced by consumer-group generation (KIP-447).
+"""
+
+from streams_app.app import Agent, App, Settings, Stream, Table, Topic
+from streams_app.errors import (
+    BrokerUnavailable,
+    ConfigError,
+    StreamsAppError,
+    TopologyError,
+    WorkerStopped,
+)
+from streams_app.runtime.context import Event
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "App",
+    "BrokerUnavailable",
+    "ConfigError",
+    "Event",
+    "Settings",
+    "Stream",
+    "StreamsAppError",
+    "Table",
+    "Topic",
+    "TopologyError",
+    "WorkerStopped",
+    "__version__",
+]

@@ -9,8 +9,13 @@ from streams_app.broker import devserver
 from streams_app.broker.jars import broker_libs, kafka_version
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser("broker", help="the embedded Kafka broker for local development")
+def add_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    parser = sub.add_parser(
+        "broker", parents=parents, help="the embedded Kafka broker for local development"
+    )
     actions = parser.add_subparsers(dest="broker_command", required=True)
     actions.add_parser("fetch", help="resolve the Kafka jars from Maven Central (cached)")
     start = actions.add_parser("start", help="start a local broker (keeps running)")

@@ -7,8 +7,16 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from streams_app.cli import broker
+from streams_app.cli import broker, demo, send, worker
 from streams_app.errors import StreamsAppError
+
+
+def common_options() -> argparse.ArgumentParser:
+    """-A and -l are accepted before or after the subcommand (``worker -l info`` as in Faust)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("-A", "--app", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    parent.add_argument("-l", "--loglevel", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return parent
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,7 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-l", "--loglevel", default="warning", help="log level (default warning)")
     sub = parser.add_subparsers(dest="command", required=True)
-    broker.add_parser(sub)
+    parents = [common_options()]
+    worker.add_parser(sub, parents)
+    send.add_parser(sub, parents)
+    broker.add_parser(sub, parents)
+    demo.add_parser(sub, parents)
     return parser
 
 

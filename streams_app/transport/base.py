@@ -116,6 +116,10 @@ class ConsumerClient(Protocol):
 
     def subscribe(self, topics: Collection[str], listener: RebalanceListener) -> None: ...
 
+    def unsubscribe(self) -> None:
+        """Leave the group; a later ``subscribe`` joins as a new member (after being fenced)."""
+        ...
+
     def assign(self, partitions: Collection[TopicPartition]) -> None:
         """Manual assignment, no group (used for changelog restore)."""
         ...

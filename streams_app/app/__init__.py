@@ -1,0 +1,10 @@
+"""The app-facing API: App, Topic, Agent, Stream, Table (Faust-style)."""
+
+from streams_app.app.agent import Agent
+from streams_app.app.app import App, StandaloneProducer
+from streams_app.app.settings import Settings
+from streams_app.app.stream import Stream
+from streams_app.app.table import Table
+from streams_app.app.topic import Topic
+
+__all__ = ["Agent", "App", "Settings", "StandaloneProducer", "Stream", "Table", "Topic"]

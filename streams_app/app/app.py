@@ -1,0 +1,177 @@
+"""App: the definition of a topology, and the door to running it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from streams_app.app.agent import Agent, AgentFun, Sink
+from streams_app.app.settings import Settings
+from streams_app.app.table import Table
+from streams_app.app.topic import Topic
+from streams_app.codecs import Codec, CodecSpec
+from streams_app.transport.base import ProducerConfig, RecordMetadataLike, Transport
+
+if TYPE_CHECKING:
+    from streams_app.runtime.worker import Worker
+
+
+class App:
+    """A stream-processing application: topics, agents and tables, plus its settings.
+
+    >>> app = App("orders", broker="kafka://localhost:9092")      # doctest: +SKIP
+    >>> orders = app.topic("orders", value_type=Order)             # doctest: +SKIP
+    """
+
+    def __init__(self, id: str, **settings: Any) -> None:
+        self.conf = Settings.build(id, settings)
+        self.topics: dict[str, Topic] = {}
+        self.agents: list[Agent] = []
+        self.tables: dict[str, Table] = {}
+
+    @property
+    def id(self) -> str:
+        return self.conf.id
+
+    # -- definitions ----------------------------------------------------------------------
+
+    def topic(
+        self,
+        name: str,
+        *,
+        key_type: CodecSpec = None,
+        value_type: CodecSpec = None,
+        key_serializer: str | Codec | None = None,
+        value_serializer: str | Codec | None = None,
+        partitions: int | None = None,
+        replicas: int | None = None,
+        config: Mapping[str, str] | None = None,
+        internal: bool = False,
+    ) -> Topic:
+        existing = self.topics.get(name)
+        if existing is not None:
+            return existing
+        topic = Topic(
+            self,
+            name,
+            key_type=key_type,
+            value_type=value_type,
+            key_serializer=key_serializer,
+            value_serializer=value_serializer,
+            partitions=partitions,
+            replicas=replicas,
+            config=config,
+            internal=internal,
+        )
+        self.topics[name] = topic
+        return topic
+
+    def agent(
+        self,
+        channel: Topic | str,
+        *,
+        name: str | None = None,
+        concurrency: int = 1,
+        sink: Sequence[Sink] | None = None,
+    ) -> Callable[[AgentFun], Agent]:
+        """Decorate ``async def f(stream)`` to process ``channel``."""
+        topic = channel if isinstance(channel, Topic) else self.topic(channel)
+
+        def decorate(fun: AgentFun) -> Agent:
+            agent = Agent(self, fun, topic, name=name, concurrency=concurrency, sink=sink)
+            if any(a.short_name == agent.short_name for a in self.agents):
+                raise ValueError(f"two agents are named {agent.short_name!r}; pass name=...")
+            self.agents.append(agent)
+            return agent
+
+        return decorate
+
+    def Table(
+        self,
+        name: str,
+        *,
+        default: Callable[[], Any] | None = None,
+        partitions: int | None = None,
+        key_type: CodecSpec = None,
+        value_type: CodecSpec = None,
+        changelog_topic: str | None = None,
+    ) -> Table:
+        if name in self.tables:
+            raise ValueError(f"table {name!r} is already defined")
+        table = Table(
+            self,
+            name,
+            default=default,
+            partitions=partitions,
+            key_type=key_type,
+            value_type=value_type,
+            changelog_topic=changelog_topic,
+        )
+        self.tables[name] = table
+        return table
+
+    # -- running --------------------------------------------------------------------------
+
+    def worker(self, *, transport: Transport | None = None, **overrides: Any) -> Worker:
+        from streams_app.runtime.worker import Worker
+
+        return Worker(self, transport=transport, **overrides)
+
+    def transport(self) -> Transport:
+        from streams_app.transport.kafka import KafkaTransport
+
+        return KafkaTransport(self.conf.bootstrap_servers, security=self.conf.security())
+
+    @asynccontextmanager
+    async def producer(
+        self, *, transport: Transport | None = None
+    ) -> AsyncIterator[StandaloneProducer]:
+        """A plain idempotent producer (acks=all) for feeding topics from scripts and tests."""
+        transport = transport or self.transport()
+        client = transport.producer(
+            ProducerConfig(transactional_id=None, client_id=f"{self.id}-feeder")
+        )
+        await client.start()
+        producer = StandaloneProducer(self, client)
+        try:
+            yield producer
+            await producer.flush()
+        finally:
+            await client.stop()
+
+    def __repr__(self) -> str:
+        return f"<App {self.id}>"
+
+
+class StandaloneProducer:
+    """Sends outside any worker, with the topics' codecs."""
+
+    def __init__(self, app: App, client: Any) -> None:
+        self._app = app
+        self._client = client
+        self._pending: list[asyncio.Future[RecordMetadataLike]] = []
+
+    async def send(
+        self,
+        topic: Topic | str,
+        *,
+        key: Any = None,
+        value: Any = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
+    ) -> asyncio.Future[RecordMetadataLike]:
+        target = topic if isinstance(topic, Topic) else self._app.topic(topic)
+        raw_key, raw_value = target.encode(key, value)
+        future: asyncio.Future[RecordMetadataLike] = await self._client.send(
+            target.name, key=raw_key, value=raw_value, partition=partition, headers=headers
+        )
+        self._pending.append(future)
+        return future
+
+    async def flush(self) -> list[RecordMetadataLike]:
+        """Wait for every send; raise the first failure."""
+        await self._client.flush()
+        pending, self._pending = self._pending, []
+        return list(await asyncio.gather(*pending))

@@ -1,0 +1,84 @@
+"""Topic: a Kafka topic with its codecs, as an agent's input or a destination for ``send``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from streams_app.codecs import Codec, CodecSpec, resolve_codec
+from streams_app.transport.base import RecordMetadataLike
+
+if TYPE_CHECKING:
+    from streams_app.app.app import App
+
+
+class Topic:
+    def __init__(
+        self,
+        app: App,
+        name: str,
+        *,
+        key_type: CodecSpec = None,
+        value_type: CodecSpec = None,
+        key_serializer: str | Codec | None = None,
+        value_serializer: str | Codec | None = None,
+        partitions: int | None = None,
+        replicas: int | None = None,
+        config: Mapping[str, str] | None = None,
+        internal: bool = False,
+    ) -> None:
+        if not name or any(c.isspace() for c in name):
+            raise ValueError(f"invalid topic name {name!r}")
+        self.app = app
+        self.name = name
+        self.key_type = key_type
+        self.value_type = value_type
+        # Keys default to raw bytes (as in Faust), values to JSON.
+        self.key_codec: Codec = resolve_codec(key_serializer or key_type, default="raw")
+        self.value_codec: Codec = resolve_codec(value_serializer or value_type, default="json")
+        self.partitions = partitions
+        self.replicas = replicas
+        self.config: dict[str, str] = dict(config or {})
+        self.internal = internal
+
+    async def send(
+        self,
+        *,
+        key: Any = None,
+        value: Any = None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        timestamp: float | None = None,
+    ) -> asyncio.Future[RecordMetadataLike]:
+        """Send a record from inside a running worker: it joins the worker's transaction.
+
+        Returns the delivery future without waiting for it: under exactly-once the record is
+        acknowledged, and visible to ``read_committed`` readers, when the transaction commits.
+        Outside a worker use ``async with app.producer() as producer`` instead.
+        """
+        from streams_app.runtime.worker import current_worker
+
+        worker = current_worker.get()
+        if worker is None:
+            raise RuntimeError(
+                f"{self.name}.send() called outside a running worker; to feed a topic from a "
+                "script use `async with app.producer() as producer: await producer.send(...)`"
+            )
+        return await worker.send(
+            self,
+            key=key,
+            value=value,
+            headers=headers,
+            partition=partition,
+            timestamp=timestamp,
+        )
+
+    def encode(self, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
+        return (
+            None if key is None else self.key_codec.dumps(key),
+            None if value is None else self.value_codec.dumps(value),
+        )
+
+    def __repr__(self) -> str:
+        return f"<Topic {self.name}>"

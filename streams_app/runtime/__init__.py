@@ -1,0 +1,1 @@
+"""The runtime: worker, tasks, the commit protocol, rebalancing and the error policy."""

@@ -1,0 +1,181 @@
+"""The commit protocol — the heart of exactly-once, in one place.
+
+A worker commits every ``commit_interval`` (100 ms under exactly-once), every ``commit_every``
+records, before giving partitions up, and when it stops. It commits only at a quiescent point:
+every record handed to an agent has been fully processed, so the transaction holds all of each
+record's effects or none of them.
+
+Exactly-once v2 commit, for all tasks of the worker in **one** Kafka transaction:
+
+1. **Changelog.** Each task's pending table writes are encoded once and sent to the table's
+   changelog partition (the task's partition) — one record per changed key, the latest value.
+   They join the transaction that already holds every output record sent while processing.
+2. **Send gate.** Flush, then check every send future of the transaction. aiokafka would commit
+   a transaction whose sends failed; one failure here turns the commit into an abort.
+3. **Offsets.** TxnOffsetCommit (v3) with the offsets of every task — the next record to
+   process — and the consumer-group generation and member id snapshotted at assignment. A
+   zombie (a worker the group has moved on from) is rejected here (KIP-447): CommitFailed.
+4. **EndTxn(commit).** From now on outputs, changelog records and offsets are visible to
+   ``read_committed`` readers, all together.
+5. **State.** Only now apply each task's table writes to its store partition, in one atomic
+   batch with the changelog offset they correspond to. A crash before this step leaves the
+   store behind the changelog, never ahead: restore reads the committed tail.
+
+If anything fails before step 4, :meth:`Committer.abort` aborts the transaction, drops every
+task's pending writes and seeks every input partition back to its committed offset; processing
+resumes from there as if the failed attempt never happened. When the failure means this worker
+lost its partitions (fenced producer, stale generation), :meth:`Committer.task_migrated`
+additionally closes every task and recreates the producer, and the worker rejoins the group.
+
+At-least-once uses steps 1, 2 and 5 around a plain offset commit (after the outputs are
+acknowledged: duplicates possible, loss not). At-most-once commits offsets right after fetching,
+before processing (loss possible, duplicates not).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from streams_app.app.settings import AT_LEAST_ONCE, AT_MOST_ONCE, EXACTLY_ONCE_V2
+from streams_app.runtime.producer import StreamsProducer
+from streams_app.runtime.task import Task
+from streams_app.runtime.task_manager import TaskManager
+from streams_app.transport.base import ConsumerClient, GroupMetadata, TopicPartition
+from streams_app.transport.errors import (
+    CommitFailedError,
+    FatalProducerError,
+    ProducerFencedError,
+    SendFailedError,
+)
+
+log = logging.getLogger(__name__)
+
+#: Errors after which this worker must assume it no longer owns its tasks.
+MIGRATED = (ProducerFencedError, CommitFailedError)
+#: Errors after which the producer must not be reused (sequence gaps, fatal state).
+PRODUCER_BROKEN = (ProducerFencedError, FatalProducerError, SendFailedError)
+
+
+class Committer:
+    def __init__(
+        self,
+        guarantee: str,
+        producer: StreamsProducer,
+        consumer: ConsumerClient,
+        tasks: TaskManager,
+        changelog_topic: Callable[[str], str],
+        clear_inboxes: Callable[[], None],
+    ) -> None:
+        self.guarantee = guarantee
+        self.producer = producer
+        self.consumer = consumer
+        self.tasks = tasks
+        self._changelog_topic = changelog_topic
+        self._clear_inboxes = clear_inboxes
+        #: Group membership snapshotted at assignment (KIP-447); never read live.
+        self.group: GroupMetadata | None = None
+        self.commits = 0
+        self.last_commit = time.monotonic()
+        self.records_since_commit = 0
+
+    def due(self, interval: float, every: int) -> bool:
+        return self.records_since_commit >= every or time.monotonic() - self.last_commit >= interval
+
+    async def commit(self) -> bool:
+        """Commit all progress of all tasks; return whether anything was committed."""
+        tasks = [t for t in self.tasks.running() if t.has_uncommitted]
+        self.last_commit = time.monotonic()
+        self.records_since_commit = 0
+        if not tasks and not self.producer.in_transaction:
+            return False
+
+        # 1. Changelog records for every pending table write, into the same transaction.
+        for task in tasks:
+            await self._send_changelog(task)
+
+        # 2. The send gate: every output and changelog record acknowledged, or abort.
+        await self.producer.flush_and_check()
+
+        # 3 + 4. Offsets, then end the transaction (exactly-once) or commit them (at-least-once).
+        offsets = self._offsets(tasks)
+        if self.guarantee == EXACTLY_ONCE_V2:
+            await self.producer.commit(offsets, self.group)
+        elif self.guarantee == AT_LEAST_ONCE and offsets:
+            await self.consumer.commit(offsets)
+
+        # 5. Only what Kafka committed reaches the stores, with its changelog offset.
+        for task in tasks:
+            self._apply_state(task)
+            task.mark_committed()
+        self.commits += 1
+        return True
+
+    async def _send_changelog(self, task: Task) -> None:
+        for table_name, tx in task.tables.items():
+            if not tx.dirty:
+                continue
+            topic = self._changelog_topic(table_name)
+            future = None
+            for key, value in tx.prepare().items():
+                future = await self.producer.send(
+                    topic, key=key, value=value, partition=task.id.partition
+                )
+            if future is not None:
+                task.changelog_last[table_name] = future
+
+    def _offsets(self, tasks: list[Task]) -> dict[TopicPartition, int]:
+        offsets: dict[TopicPartition, int] = {}
+        for task in tasks:
+            for tp, offset in task.offsets.items():
+                if task.committed.get(tp) != offset:
+                    offsets[tp] = offset
+        return offsets
+
+    def _apply_state(self, task: Task) -> None:
+        for table_name, tx in task.tables.items():
+            if not tx.dirty:
+                continue
+            future = task.changelog_last.pop(table_name)
+            # The stored offset is the next changelog offset the store does not contain.
+            tx.commit(future.result().offset + 1)
+        task.changelog_last.clear()
+
+    async def commit_offsets_before_processing(self, offsets: dict[TopicPartition, int]) -> None:
+        """At-most-once: the offsets of a fetched batch are committed before it is processed."""
+        if self.guarantee == AT_MOST_ONCE and offsets:
+            await self.consumer.commit(offsets)
+
+    async def abort(self, *, recreate_producer: bool = False) -> None:
+        """Undo everything since the last commit and rewind every task to it."""
+        if recreate_producer:
+            await self.producer.recreate()
+        else:
+            await self.producer.abort()
+        self._clear_inboxes()
+        for task in list(self.tasks.tasks.values()):
+            task.rewind()
+            for tp in task.partitions:
+                committed = task.committed.get(tp)
+                if committed is not None:
+                    self.consumer.seek(tp, committed)
+        self.records_since_commit = 0
+
+    async def task_migrated(self, cause: BaseException) -> None:
+        """This worker lost (some of) its tasks: drop them all, rejoin with a fresh producer."""
+        log.warning(
+            "tasks migrated (%s): closing all tasks, recreating the producer, rejoining",
+            type(cause).__name__,
+        )
+        self._clear_inboxes()
+        self.tasks.close_all()
+        self.group = None
+        if isinstance(cause, CommitFailedError):
+            # The transaction is still abortable; abort it rather than wait for its timeout.
+            try:
+                await self.producer.abort()
+            except Exception:
+                pass
+        await self.producer.recreate()
+        self.records_since_commit = 0

@@ -1,0 +1,105 @@
+"""TaskManager: which tasks this worker owns, and bringing their state up to date.
+
+Assignment creates tasks in the *restoring* state with their input partitions paused; the worker
+then restores each task's table partitions from their changelogs (read_committed, up to the end
+offset) and only then lets records through. Revocation happens after the commit, so a task is
+never given up with uncommitted work.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+
+from streams_app.runtime.task import RESTORING, RUNNING, Task, TaskId
+from streams_app.runtime.topology import TopologyPlan
+from streams_app.state.base import Store, StorePartition
+from streams_app.state.restore import RestoreResult, restore_partitions
+from streams_app.transport.base import AdminClient, ConsumerClient, TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class TaskManager:
+    def __init__(self, plan: TopologyPlan, stores: Mapping[str, Store]) -> None:
+        self.plan = plan
+        self.stores = stores
+        self.tasks: dict[TaskId, Task] = {}
+        self.by_tp: dict[TopicPartition, Task] = {}
+        self.restores: list[RestoreResult] = []
+
+    def task_id(self, tp: TopicPartition) -> TaskId:
+        count = self.plan.partition_counts[tp.topic]
+        return TaskId(self.plan.groups[count], tp.partition)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> list[Task]:
+        """Create tasks for newly assigned input partitions (they start restoring)."""
+        created: list[Task] = []
+        for tp in sorted(partitions):
+            if tp in self.by_tp or tp.topic not in self.plan.partition_counts:
+                continue
+            task_id = self.task_id(tp)
+            task = self.tasks.get(task_id)
+            if task is None:
+                count = self.plan.partition_counts[tp.topic]
+                task = Task(task_id, count, set(), self.stores)
+                self.tasks[task_id] = task
+                created.append(task)
+            task.partitions.add(tp)
+            self.by_tp[tp] = task
+        return created
+
+    def close_all(self) -> list[Task]:
+        """Drop every task (eager rebalance, or after being fenced). Stores stay open: they only
+        ever hold committed state, so nothing needs wiping and a returning task reuses them."""
+        closed = list(self.tasks.values())
+        for task in closed:
+            task.rewind()
+            task.state = "closed"
+        self.tasks.clear()
+        self.by_tp.clear()
+        return closed
+
+    def running(self) -> list[Task]:
+        return [t for t in self.tasks.values() if t.state == RUNNING]
+
+    def restoring(self) -> list[Task]:
+        return [t for t in self.tasks.values() if t.state == RESTORING]
+
+    def changelog_partitions(self, task: Task) -> dict[TopicPartition, StorePartition]:
+        out: dict[TopicPartition, StorePartition] = {}
+        for table_name in self.plan.tables_by_group.get(task.id.group, ()):
+            changelog = self.plan.changelog_topics[table_name]
+            out[TopicPartition(changelog, task.id.partition)] = self.stores[table_name].partition(
+                task.id.partition
+            )
+        return out
+
+    async def restore(
+        self,
+        tasks: list[Task],
+        consumer: ConsumerClient,
+        admin: AdminClient,
+        timeout: float,
+    ) -> None:
+        """Restore the tables of ``tasks`` and mark them running."""
+        partitions: dict[TopicPartition, StorePartition] = {}
+        for task in tasks:
+            partitions.update(self.changelog_partitions(task))
+        if partitions:
+            results = await restore_partitions(partitions, consumer, admin, stall_timeout=timeout)
+            for result in results.values():
+                self.restores.append(result)
+                if result.read_anything or result.wiped:
+                    log.info(
+                        "restored %s[%d]: %d records (%d -> %d)%s in %.2fs",
+                        result.changelog.topic,
+                        result.changelog.partition,
+                        result.records,
+                        result.from_offset,
+                        result.to_offset,
+                        " after wiping" if result.wiped else "",
+                        result.seconds,
+                    )
+        for task in tasks:
+            task.state = RUNNING

@@ -1,0 +1,524 @@
+"""Worker: one process running a topology with one consumer, one producer and many tasks.
+
+The worker's loop is deliberately plain: fetch a batch, hand each record to the agents that
+consume its topic, wait until they have processed all of it, and commit when due. Everything
+that changes ownership (rebalance callbacks) or undoes work (aborts) happens under one processing
+lock, so a commit, a revocation and an abort never interleave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from streams_app.app.settings import AT_MOST_ONCE, Settings
+from streams_app.codecs import DecodeError
+from streams_app.errors import WorkerStopped
+from streams_app.runtime import guarantees
+from streams_app.runtime.actor import AgentRunner
+from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN, Committer
+from streams_app.runtime.context import Event, current_event
+from streams_app.runtime.errors_policy import (
+    Decision,
+    ErrorPolicy,
+    Failure,
+    dead_letter_headers,
+)
+from streams_app.runtime.producer import StreamsProducer
+from streams_app.runtime.task import RUNNING, Task
+from streams_app.runtime.task_manager import TaskManager
+from streams_app.runtime.topology import TopologyPlan, plan_topology
+from streams_app.state.base import Store
+from streams_app.state.directory import StateDirectory
+from streams_app.state.factory import open_store
+from streams_app.transport.base import (
+    AdminClient,
+    ConsumerClient,
+    RecordLike,
+    RecordMetadataLike,
+    TopicPartition,
+    Transport,
+)
+from streams_app.transport.errors import TransportError
+
+if TYPE_CHECKING:
+    from streams_app.app.app import App
+    from streams_app.app.table import Table
+    from streams_app.app.topic import Topic
+
+log = logging.getLogger(__name__)
+
+current_worker: ContextVar[Worker | None] = ContextVar("streams_app_worker", default=None)
+
+H_SRC_TOPIC = "src_topic"
+H_SRC_PARTITION = "src_partition"
+H_SRC_OFFSET = "src_offset"
+
+
+class AgentFailed(Exception):
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.describe())
+        self.failure = failure
+
+
+class Worker:
+    """Runs an :class:`~streams_app.app.app.App` until stopped.
+
+    ``overrides`` replace settings for this worker only (the CLI's ``--state-dir``, tests).
+    """
+
+    def __init__(self, app: App, *, transport: Transport | None = None, **overrides: Any) -> None:
+        self.app = app
+        conf = dataclasses.replace(app.conf, **overrides) if overrides else app.conf
+        conf.validate()
+        self.conf: Settings = conf
+        self.transport: Transport = transport or app.transport()
+        self.runner = AgentRunner(app)
+        self.policy = ErrorPolicy(conf)
+        self.started = asyncio.Event()
+        self.stopped = asyncio.Event()
+        self._stop_requested = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._backoff_until = 0.0
+        self.records_processed = 0
+        self.dead_lettered = 0
+        self.error: BaseException | None = None
+        # set in start()
+        self.directory: StateDirectory | None = None
+        self.plan: TopologyPlan | None = None
+        self.stores: dict[str, Store] = {}
+        self._admin: AdminClient | None = None
+        self._consumer: ConsumerClient | None = None
+        self._restore_consumer: ConsumerClient | None = None
+        self._producer: StreamsProducer | None = None
+        self._tasks: TaskManager | None = None
+        self._committer: Committer | None = None
+
+    # -- accessors (valid once started) ---------------------------------------------------
+
+    @property
+    def consumer(self) -> ConsumerClient:
+        assert self._consumer is not None, "worker not started"
+        return self._consumer
+
+    @property
+    def producer(self) -> StreamsProducer:
+        assert self._producer is not None, "worker not started"
+        return self._producer
+
+    @property
+    def tasks(self) -> TaskManager:
+        assert self._tasks is not None, "worker not started"
+        return self._tasks
+
+    @property
+    def committer(self) -> Committer:
+        assert self._committer is not None, "worker not started"
+        return self._committer
+
+    @property
+    def admin(self) -> AdminClient:
+        assert self._admin is not None, "worker not started"
+        return self._admin
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Start, process until :meth:`request_stop`, then stop cleanly."""
+        token = current_worker.set(self)
+        try:
+            await self.start()
+            await self._loop()
+        except BaseException as exc:
+            self.error = exc
+            raise
+        finally:
+            try:
+                await self._shutdown()
+            finally:
+                current_worker.reset(token)
+                self.stopped.set()
+
+    def request_stop(self) -> None:
+        """Graceful stop: finish the current batch, commit, close (SIGTERM does this)."""
+        self._stop_requested.set()
+
+    async def start(self) -> None:
+        conf = self.conf
+        log.info(
+            "starting worker for %s (%s) on %s",
+            conf.id,
+            conf.processing_guarantee,
+            self.transport.address,
+        )
+        self.directory = StateDirectory(conf.state_dir, conf.id)
+        admin = self.transport.admin()
+        await admin.start()  # raises BrokerUnavailable naming the address
+        self._admin = admin
+        if conf.exactly_once:
+            await admin.check_exactly_once_support()
+
+        # Agents run up to their first `async for`, declaring group_by topics on the way.
+        self.runner.start()
+        await self.runner.wait_started(timeout=30.0)
+        self.plan = await plan_topology(self.app, self.runner, admin)
+        for table in self.app.tables.values():
+            self.stores[table.name] = open_store(conf.store, self.directory, table.name)
+        self._tasks = TaskManager(self.plan, self.stores)
+
+        self._producer = StreamsProducer(
+            self.transport, guarantees.producer_config(conf, self.directory.process_id)
+        )
+        await self._producer.start()  # exactly-once: fences our previous incarnation
+        self._restore_consumer = self.transport.consumer(guarantees.restore_consumer_config(conf))
+        await self._restore_consumer.start()
+        self._consumer = self.transport.consumer(guarantees.consumer_config(conf))
+        await self._consumer.start()
+        plan = self.plan
+        self._committer = Committer(
+            conf.processing_guarantee,
+            self._producer,
+            self._consumer,
+            self._tasks,
+            changelog_topic=lambda table: plan.changelog_topics[table],
+            clear_inboxes=self.runner.clear_inboxes,
+        )
+        self._consumer.subscribe(self.plan.input_topics, _RebalanceListener(self))
+        self.started.set()
+        log.info("worker %s started; inputs %s", conf.id, ", ".join(self.plan.input_topics))
+
+    async def _shutdown(self) -> None:
+        if self._committer is not None and self._tasks is not None:
+            async with self._lock:
+                if self.error is None:
+                    try:
+                        await self.committer.commit()
+                    except Exception as exc:
+                        log.warning("final commit failed (%s); aborting", type(exc).__name__)
+                        await self._safe_abort()
+                else:
+                    await self._safe_abort()
+                self.tasks.close_all()
+        await self.runner.stop()
+        for client in (self._consumer, self._restore_consumer):
+            if client is not None:
+                try:
+                    await client.stop()
+                except Exception as exc:
+                    log.warning("closing a consumer failed: %s", type(exc).__name__)
+        if self._producer is not None:
+            await self._producer.stop()
+        if self._admin is not None:
+            try:
+                await self._admin.close()
+            except Exception:
+                pass
+        for store in self.stores.values():
+            store.close()
+        if self.directory is not None:
+            self.directory.close()
+
+    async def _safe_abort(self) -> None:
+        try:
+            await self.committer.abort()
+        except Exception as exc:
+            log.warning("abort during shutdown failed: %s", type(exc).__name__)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        conf = self.conf
+        interval = conf.effective_commit_interval
+        stop = self._stop_requested
+        poll_ms = max(5, min(100, int(interval * 1000)))
+        while not stop.is_set():
+            if self._backoff_until:
+                delay = self._backoff_until - time.monotonic()
+                self._backoff_until = 0.0
+                if delay > 0:
+                    try:
+                        await asyncio.wait_for(stop.wait(), delay)
+                    except TimeoutError:
+                        pass
+                    continue
+            if self.tasks.restoring():
+                await self._restore()
+                continue
+            batch = await self.consumer.getmany(
+                timeout_ms=poll_ms, max_records=conf.max_poll_records
+            )
+            async with self._lock:
+                await self._step(batch, interval)
+
+    async def _step(
+        self, batch: Mapping[TopicPartition, Sequence[RecordLike]], interval: float
+    ) -> None:
+        committer = self.committer
+        try:
+            if batch:
+                if self.conf.processing_guarantee == AT_MOST_ONCE:
+                    await committer.commit_offsets_before_processing(self._batch_offsets(batch))
+                await self._process(batch)
+            if committer.due(interval, self.conf.commit_every):
+                if await committer.commit():
+                    self.policy.succeeded()
+        except AgentFailed as failed:
+            await self._on_agent_failure(failed.failure)
+        except MIGRATED as exc:
+            await self._on_migrated(exc)
+        except PRODUCER_BROKEN as exc:
+            log.warning("transaction failed (%s): aborting and retrying", type(exc).__name__)
+            await committer.abort(recreate_producer=True)
+            await self.runner.restart()
+        except TransportError as exc:
+            log.warning("transaction failed (%s): aborting and retrying", type(exc).__name__)
+            await committer.abort(recreate_producer=True)
+            await self.runner.restart()
+
+    def _batch_offsets(
+        self, batch: Mapping[TopicPartition, Sequence[RecordLike]]
+    ) -> dict[TopicPartition, int]:
+        return {tp: records[-1].offset + 1 for tp, records in batch.items() if records}
+
+    async def _process(self, batch: Mapping[TopicPartition, Sequence[RecordLike]]) -> None:
+        by_tp = self.tasks.by_tp
+        processed = 0
+        for tp, records in batch.items():
+            task = by_tp.get(tp)
+            if task is None or task.state != RUNNING or not records:
+                continue  # revoked, or not restored yet: the records come again later
+            processed += await self._dispatch(task, TopicPartition(tp[0], tp[1]), records)
+        await self.runner.wait_idle()
+        for actor in self.runner.failed():
+            error = actor.error
+            assert error is not None
+            raise AgentFailed(Failure.of(actor.name, error, actor.failed_event))
+        self.records_processed += processed
+        self.committer.records_since_commit += processed
+
+    async def _dispatch(self, task: Task, tp: TopicPartition, records: Sequence[RecordLike]) -> int:
+        topic = self.app.topics[tp.topic]
+        load_key, load_value = topic.key_codec.loads, topic.value_codec.loads
+        streams = [
+            actors[tp.partition % len(actors)].input for actors in self.runner.actor_lists(tp.topic)
+        ]
+        forwarders = self.runner.forwarders.get(tp.topic, ())
+        poisoned = self.policy.poisoned
+        offsets = task.offsets
+        expected = offsets.get(tp, 0)
+        count = 0
+        for record in records:
+            offset = record.offset
+            if offset < expected:
+                continue  # fetched before a rewind or rebalance: already processed
+            if poisoned:
+                failure = self.policy.take_poisoned(tp.topic, tp.partition, offset)
+                if failure is not None:
+                    await self._dead_letter(record, failure.error, failure.agent)
+                    offsets[tp] = offset + 1
+                    continue
+            raw_key, raw_value = record.key, record.value
+            try:
+                key = None if raw_key is None else load_key(raw_key)
+                value = None if raw_value is None else load_value(raw_value)
+            except Exception as exc:  # a poison record: dead-letter it, never crash-loop
+                error = exc if isinstance(exc, DecodeError) else DecodeError(str(exc))
+                await self._dead_letter(record, error, None)
+                offsets[tp] = offset + 1
+                continue
+            event = Event(
+                tp.topic,
+                tp.partition,
+                offset,
+                record.timestamp,
+                key,
+                value,
+                tuple(record.headers),
+                raw_key,
+                raw_value,
+                task,
+            )
+            for stream in streams:
+                stream.feed(event)
+            if forwarders:
+                token = current_event.set(event)
+                try:
+                    for forwarder in forwarders:
+                        await forwarder.forward(event)
+                except Exception as exc:
+                    raise AgentFailed(Failure.of(f"group_by:{forwarder.target.name}", exc, event))
+                finally:
+                    current_event.reset(token)
+            offsets[tp] = offset + 1
+            count += 1
+        return count
+
+    async def _dead_letter(
+        self, record: RecordLike, error: BaseException, agent: str | None
+    ) -> None:
+        assert self.plan is not None
+        topic = self.plan.dead_letter_topics[record.topic]
+        log.warning(
+            "record %s[%d]@%d goes to dead-letter topic %s (%s)",
+            record.topic,
+            record.partition,
+            record.offset,
+            topic,
+            type(error).__name__,
+        )
+        await self.producer.send(
+            topic,
+            key=record.key,
+            value=record.value,
+            partition=record.partition,
+            headers=dead_letter_headers(
+                error=error,
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                agent=agent,
+                original=tuple(record.headers),
+            ),
+        )
+        self.dead_lettered += 1
+
+    # -- failure handling -----------------------------------------------------------------
+
+    async def _on_agent_failure(self, failure: Failure) -> None:
+        decision = self.policy.decide(failure)
+        log.error("%s; policy %s -> %s", failure.describe(), self.conf.error_policy, decision.value)
+        if self.conf.processing_guarantee == AT_MOST_ONCE:
+            # The offsets were committed before processing: the record is simply lost.
+            await self.runner.restart()
+        else:
+            await self.committer.abort()
+            await self.runner.restart()
+        if decision is Decision.STOP:
+            raise WorkerStopped(failure.describe()) from failure.error
+        if decision is Decision.RETRY:
+            self._backoff_until = time.monotonic() + self.policy.backoff(failure)
+
+    async def _on_migrated(self, exc: BaseException) -> None:
+        await self.committer.task_migrated(exc)
+        await self.runner.restart()
+        assert self.plan is not None
+        self.consumer.unsubscribe()
+        self.consumer.subscribe(self.plan.input_topics, _RebalanceListener(self))
+
+    async def _restore(self) -> None:
+        assert self._restore_consumer is not None
+        async with self._lock:
+            restoring = self.tasks.restoring()
+            if not restoring:
+                return
+            await self.tasks.restore(
+                restoring, self._restore_consumer, self.admin, self.conf.restore_timeout
+            )
+            self.consumer.resume([tp for task in restoring for tp in task.partitions])
+
+    # -- what agents, topics and tables call ----------------------------------------------
+
+    async def send(
+        self,
+        topic: Topic,
+        *,
+        key: Any = None,
+        value: Any = None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        timestamp: float | None = None,
+    ) -> asyncio.Future[RecordMetadataLike]:
+        raw_key, raw_value = topic.encode(key, value)
+        if headers is None:
+            out: list[tuple[str, bytes]] = []
+        elif isinstance(headers, Mapping):
+            out = list(headers.items())
+        else:
+            out = list(headers)
+        if self.conf.lineage_headers:
+            event = current_event.get()
+            if event is not None:
+                out.append((H_SRC_TOPIC, event.topic.encode()))
+                out.append((H_SRC_PARTITION, b"%d" % event.partition))
+                out.append((H_SRC_OFFSET, b"%d" % event.offset))
+        return await self.producer.send(
+            topic.name,
+            key=raw_key,
+            value=raw_value,
+            partition=partition,
+            headers=out or None,
+            timestamp_ms=None if timestamp is None else int(timestamp * 1000),
+        )
+
+    def table_items(self, table: Table) -> Iterator[tuple[Any, Any]]:
+        store = self.stores.get(table.name)
+        if store is None or self._tasks is None:
+            return
+        for task in list(self.tasks.tasks.values()):
+            if table.name not in self.tasks.plan.tables_by_group.get(task.id.group, ()):
+                continue
+            for raw_key, raw_value in store.partition(task.id.partition).items():
+                yield table.key_codec.loads(raw_key), table.value_codec.loads(raw_value)
+
+    @property
+    def state_path(self) -> Path | None:
+        return self.directory.path if self.directory else None
+
+
+class _RebalanceListener:
+    """Commit before giving partitions up; snapshot membership and rewind on assignment."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        worker = self.worker
+        if worker._committer is None:
+            return
+        async with worker._lock:
+            try:
+                await worker.committer.commit()
+            except Exception as exc:  # never raise into the client: abort instead
+                log.warning("commit on revocation failed (%s); aborting", type(exc).__name__)
+                try:
+                    await worker.committer.abort(recreate_producer=isinstance(exc, PRODUCER_BROKEN))
+                except Exception:
+                    await worker.producer.recreate()
+            worker.tasks.close_all()
+            worker.committer.group = None
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        worker = self.worker
+        if worker._committer is None:
+            return
+        async with worker._lock:
+            consumer = worker.consumer
+            worker.committer.group = consumer.group_metadata()
+            tps = sorted(TopicPartition(tp[0], tp[1]) for tp in assigned)
+            tasks = worker.tasks.assign(tps)
+            if not tps:
+                return
+            consumer.pause(tps)  # until the tables are restored
+            committed = await consumer.committed_offsets(tps)
+            missing = [tp for tp, offset in committed.items() if offset is None]
+            beginnings = await worker.admin.beginning_offsets(missing) if missing else {}
+            for tp in tps:
+                task = worker.tasks.by_tp[tp]
+                offset = committed.get(tp)
+                if offset is None:
+                    offset = beginnings.get(tp, 0)
+                task.committed[tp] = offset
+                task.offsets[tp] = offset
+                consumer.seek(tp, offset)
+            log.info(
+                "assigned %d partitions (%d new tasks), generation %s",
+                len(tps),
+                len(tasks),
+                worker.committer.group.generation_id if worker.committer.group else "?",
+            )
