@@ -1,5 +1,29 @@
 """Local state: committed table partitions (RocksDB or memory) and per-task pending writes."""
 
 from streams_app.state.base import DELETED, PartitionTransaction, Store, StorePartition
+from streams_app.state.directory import StateDirectory
+from streams_app.state.errors import RestoreStalledError, StateLockedError
+from streams_app.state.factory import STORE_SCHEMES, open_store, store_scheme
+from streams_app.state.memory import MemoryStore, MemoryStorePartition
+from streams_app.state.restore import RestoreResult, restore_partitions
+from streams_app.state.rocksdb import RocksDBOptions, RocksDBStore, RocksDBStorePartition
 
-__all__ = ["DELETED", "PartitionTransaction", "Store", "StorePartition"]
+__all__ = [
+    "DELETED",
+    "STORE_SCHEMES",
+    "MemoryStore",
+    "MemoryStorePartition",
+    "PartitionTransaction",
+    "RestoreResult",
+    "RestoreStalledError",
+    "RocksDBOptions",
+    "RocksDBStore",
+    "RocksDBStorePartition",
+    "StateDirectory",
+    "StateLockedError",
+    "Store",
+    "StorePartition",
+    "open_store",
+    "restore_partitions",
+    "store_scheme",
+]

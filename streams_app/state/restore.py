@@ -1,0 +1,283 @@
+"""Restoring store partitions from their changelog topic partitions.
+
+What is read, per partition (``stored`` is the partition's ``changelog_offset``, ``[begin, end]``
+the changelog's beginning offset and high watermark):
+
+- ``stored is None``: the partition never saw the changelog: read ``[begin, end)``;
+- ``begin <= stored <= end``: the store already holds everything before ``stored``: read only
+  the tail ``[stored, end)`` (nothing at all when ``stored == end``);
+- ``stored > end`` (the changelog was deleted and recreated) or ``stored < begin`` (retention
+  removed records the store never saw): the state cannot be trusted: wipe it, read ``[begin,
+  end)``.
+
+The end is the high watermark (read_uncommitted ListOffsets), not the last stable offset, as in
+Kafka Streams since KAFKA-10167: restore is complete only once every transaction that wrote to
+the changelog before restore started has been resolved, so the store cannot miss a write that is
+about to commit. The consumer is ``read_committed``: records of aborted transactions and the
+commit/abort markers are skipped, and its position steps over them, so a partition whose tail
+holds only markers still reaches the end.
+
+Each fetched batch of a partition is applied with one ``StorePartition.write(batch, next
+offset)``: data and offset move together, so a crash mid-restore resumes where it stopped.
+
+A read_committed consumer cannot read past an open transaction. If the previous owner of a
+partition left one open (a zombie, or a crashed worker that is not restarted on the same state
+dir), restore waits for the broker to abort it (``transaction.timeout.ms``); a partition that
+makes no progress for ``stall_timeout`` seconds raises :class:`RestoreStalledError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from streams_app.state.base import StorePartition
+from streams_app.state.errors import RestoreStalledError
+from streams_app.transport.base import RecordLike, TopicPartition
+
+log = logging.getLogger(__name__)
+
+#: Longer than the default transaction.timeout.ms (10 s) with room to spare: a transaction a
+#: dead producer left open is aborted by the broker well within it.
+DEFAULT_STALL_TIMEOUT = 60.0
+
+
+class ChangelogOffsets(Protocol):
+    """What restore needs of an :class:`~streams_app.transport.base.AdminClient`."""
+
+    async def beginning_offsets(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, int]: ...
+
+    async def end_offsets(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, int]: ...
+
+
+class ChangelogReader(Protocol):
+    """What restore needs of a :class:`~streams_app.transport.base.ConsumerClient`."""
+
+    def assign(self, partitions: Collection[TopicPartition]) -> None: ...
+
+    def seek(self, tp: TopicPartition, offset: int) -> None: ...
+
+    async def getmany(
+        self, timeout_ms: int, max_records: int | None = None
+    ) -> Mapping[TopicPartition, Sequence[RecordLike]]: ...
+
+    async def position(self, tp: TopicPartition) -> int: ...
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    """What restoring one changelog partition did."""
+
+    changelog: TopicPartition
+    #: The store's changelog offset before restore (None: never written, or wiped).
+    stored_offset: int | None
+    #: Where reading started and the changelog offset stored at the end (equal: nothing read).
+    from_offset: int
+    to_offset: int
+    #: Changelog records applied (tombstones included; aborted records and markers excluded).
+    records: int
+    #: Whether the partition's state was dropped first (offset outside [beginning, end]).
+    wiped: bool
+    seconds: float
+
+    @property
+    def read_anything(self) -> bool:
+        return self.to_offset != self.from_offset
+
+
+ProgressCallback = Callable[[TopicPartition, int, int], None]
+
+
+def _name(tp: TopicPartition) -> str:
+    return f"{tp[0]}[{tp[1]}]"
+
+
+async def restore_partitions(
+    partitions: Mapping[TopicPartition, StorePartition],
+    consumer: ChangelogReader,
+    admin: ChangelogOffsets,
+    *,
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+    poll_timeout_ms: int = 250,
+    max_records: int | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> dict[TopicPartition, RestoreResult]:
+    """Bring each store partition up to the end of its changelog partition.
+
+    ``partitions`` maps each changelog partition to the store partition it restores. The
+    ``consumer`` must be a started, ``read_committed`` consumer in no group, dedicated to
+    restoring: it is assigned the partitions that need reading and unassigned when done (or on
+    error). ``on_progress(changelog, position, end)`` is called after each applied batch.
+
+    Raises :class:`RestoreStalledError` when a partition makes no progress for
+    ``stall_timeout`` seconds. Partitions restored before that keep their progress (each batch
+    is stored with its offset), so a later attempt continues from there.
+    """
+    if not partitions:
+        return {}
+    started = time.monotonic()
+    tps = list(partitions)
+    beginnings = await admin.beginning_offsets(tps)
+    ends = await admin.end_offsets(tps)
+
+    results: dict[TopicPartition, RestoreResult] = {}
+    # changelog partition -> (stored offset before restore, wiped?, start offset, end offset)
+    plans: dict[TopicPartition, tuple[int | None, bool, int, int]] = {}
+    for tp, part in partitions.items():
+        begin, end = beginnings[tp], ends[tp]
+        stored = part.changelog_offset
+        wiped = False
+        if stored is None:
+            if next(iter(part.items()), None) is not None:
+                # Data without an offset cannot come from this package's writes; trust nothing.
+                log.warning("state of %s has data but no changelog offset: wiping", _name(tp))
+                part.wipe()
+                wiped = True
+            start = begin
+        elif begin <= stored <= end:
+            start = stored
+        else:
+            why = (
+                "beyond the changelog's end (was it recreated?)"
+                if stored > end
+                else ("before the changelog's beginning (records were deleted)")
+            )
+            log.warning(
+                "state of %s is at changelog offset %d, %s; changelog spans [%d, %d]: wiping "
+                "it and restoring from the beginning",
+                _name(tp),
+                stored,
+                why,
+                begin,
+                end,
+            )
+            part.wipe()
+            wiped = True
+            start = begin
+        if start >= end:
+            if part.changelog_offset != end:
+                part.write({}, end)
+            results[tp] = RestoreResult(tp, stored, start, end, 0, wiped, 0.0)
+        else:
+            plans[tp] = (stored, wiped, start, end)
+
+    if not plans:
+        return results
+
+    log.info(
+        "restoring %d changelog partition(s): %s",
+        len(plans),
+        ", ".join(f"{_name(tp)} [{s}, {e})" for tp, (_, _, s, e) in plans.items()),
+    )
+    consumer.assign(list(plans))
+    try:
+        for tp, (_, _, start, _) in plans.items():
+            consumer.seek(tp, start)
+        results.update(
+            await _read(
+                plans,
+                partitions,
+                consumer,
+                started,
+                stall_timeout,
+                poll_timeout_ms,
+                max_records,
+                on_progress,
+            )
+        )
+    finally:
+        # Stop fetching in the background; a consumer already failing must not hide the error.
+        with contextlib.suppress(Exception):
+            consumer.assign([])
+    return results
+
+
+async def _read(
+    plans: Mapping[TopicPartition, tuple[int | None, bool, int, int]],
+    partitions: Mapping[TopicPartition, StorePartition],
+    consumer: ChangelogReader,
+    started: float,
+    stall_timeout: float,
+    poll_timeout_ms: int,
+    max_records: int | None,
+    on_progress: ProgressCallback | None,
+) -> dict[TopicPartition, RestoreResult]:
+    results: dict[TopicPartition, RestoreResult] = {}
+    pending = dict(plans)
+    counts = dict.fromkeys(plans, 0)
+    positions = {tp: start for tp, (_, _, start, _) in plans.items()}
+    now = time.monotonic()
+    progressed_at = dict.fromkeys(plans, now)
+    keyless = 0
+
+    while pending:
+        fetched = await consumer.getmany(poll_timeout_ms, max_records)
+        for raw_tp, records in fetched.items():
+            tp = TopicPartition(raw_tp[0], raw_tp[1])
+            if tp not in pending or not records:
+                continue
+            batch: dict[bytes, bytes | None] = {}
+            applied = 0
+            for record in records:
+                key = record.key
+                if key is None:
+                    keyless += 1
+                    continue
+                batch[key] = record.value  # later records overwrite: latest write wins
+                applied += 1
+            partitions[tp].write(batch, records[-1].offset + 1)
+            counts[tp] += applied
+
+        now = time.monotonic()
+        for tp in list(pending):
+            _, _, _, end = pending[tp]
+            position = await consumer.position(tp)
+            if position != positions[tp]:
+                positions[tp] = position
+                progressed_at[tp] = now
+                if on_progress is not None:
+                    on_progress(tp, position, end)
+            if position >= end:
+                part = partitions[tp]
+                # The tail may end in markers or aborted records: store the position past them.
+                if part.changelog_offset != position:
+                    part.write({}, position)
+                stored, wiped, start, _ = pending.pop(tp)
+                results[tp] = RestoreResult(
+                    tp, stored, start, position, counts[tp], wiped, now - started
+                )
+        stalled = {
+            _name(tp): (positions[tp], end)
+            for tp, (_, _, _, end) in pending.items()
+            if now - progressed_at[tp] > stall_timeout
+        }
+        if stalled:
+            # Keep the progress made past markers, so a retry starts exactly where this stopped.
+            for tp in pending:
+                if partitions[tp].changelog_offset != positions[tp]:
+                    partitions[tp].write({}, positions[tp])
+            raise RestoreStalledError(stalled, stall_timeout)
+        await asyncio.sleep(0)
+
+    if keyless:
+        log.warning("skipped %d changelog record(s) without a key", keyless)
+    for tp, result in results.items():
+        log.info(
+            "restored %s: %d record(s), offsets [%d, %d)%s in %.2fs",
+            _name(tp),
+            result.records,
+            result.from_offset,
+            result.to_offset,
+            ", after wiping" if result.wiped else "",
+            result.seconds,
+        )
+    return results

@@ -1,0 +1,160 @@
+"""RocksDB partitions: persistence across reopen, the offset stored with the data, locking."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rocksdict import Options, Rdict
+
+from streams_app.state import RocksDBStore, RocksDBStorePartition, StateLockedError
+from streams_app.state.rocksdb import FORMAT_KEY, META_CF, OFFSET_KEY
+
+
+def test_data_and_offset_survive_reopen(tmp_path: Path) -> None:
+    store = RocksDBStore("t", tmp_path / "t")
+    assert store.persistent
+    part = store.partition(0)
+    part.write({b"a": b"1", b"b": b"2"}, 10)
+    part.write({b"a": None, b"c": b"3"}, 12)
+    store.close()
+
+    store = RocksDBStore("t", tmp_path / "t")
+    part = store.partition(0)
+    assert part.changelog_offset == 12
+    assert dict(part.items()) == {b"b": b"2", b"c": b"3"}
+    assert store.partition(1).changelog_offset is None  # partitions are separate databases
+    store.close()
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["0", "1"]
+
+
+def test_offset_lives_in_its_own_column_family(tmp_path: Path) -> None:
+    path = tmp_path / "p"
+    part = RocksDBStorePartition(path)
+    part.write({OFFSET_KEY: b"user value"}, 5)
+    part.close()
+    # Read the raw database: the user key and the bookkeeping never meet.
+    db = Rdict(str(path), Options(raw_mode=True), column_families={META_CF: Options(raw_mode=True)})
+    try:
+        assert db.get(OFFSET_KEY) == b"user value"
+        meta = db.get_column_family(META_CF)
+        assert meta.get(OFFSET_KEY) == (5).to_bytes(8, "big")
+        meta.close()
+    finally:
+        db.close()
+    part = RocksDBStorePartition(path)
+    assert part.changelog_offset == 5
+    assert dict(part.items()) == {OFFSET_KEY: b"user value"}
+    part.close()
+
+
+def test_wipe_is_durable(tmp_path: Path) -> None:
+    part = RocksDBStorePartition(tmp_path / "p")
+    part.write({bytes([i]): b"x" for i in range(256)}, 300)
+    part.wipe()
+    part.close()
+    part = RocksDBStorePartition(tmp_path / "p")
+    assert part.changelog_offset is None
+    assert list(part.items()) == []
+    part.close()
+
+
+def test_a_second_handle_in_this_process_gets_a_clear_error(tmp_path: Path) -> None:
+    part = RocksDBStorePartition(tmp_path / "p")
+    with pytest.raises(StateLockedError, match="--state-dir") as info:
+        RocksDBStorePartition(tmp_path / "p")
+    assert str(tmp_path / "p") in str(info.value)
+    part.close()
+    RocksDBStorePartition(tmp_path / "p").close()
+
+
+def test_a_partition_held_by_another_process_gets_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "p"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path;"
+            "from streams_app.state import RocksDBStorePartition;"
+            f"p = RocksDBStorePartition(Path({str(path)!r})); print('open', flush=True);"
+            "sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+        with pytest.raises(StateLockedError, match="Resource temporarily unavailable"):
+            RocksDBStorePartition(path)
+    finally:
+        holder.kill()
+        holder.wait()
+    # The kernel released the lock with the process.
+    RocksDBStorePartition(path).close()
+
+
+def test_unfinished_iterator_blocks_reopen_until_dropped(tmp_path: Path) -> None:
+    """The documented rocksdict caveat: a live iterator keeps the database open."""
+    part = RocksDBStorePartition(tmp_path / "p")
+    part.write({b"a": b"1", b"b": b"2"}, 1)
+    it = part.items()
+    next(it)
+    part.close()
+    with pytest.raises(StateLockedError):
+        RocksDBStorePartition(tmp_path / "p")
+    del it  # the last reference: the iterator, and the database with it, are released
+    RocksDBStorePartition(tmp_path / "p").close()
+
+
+def test_leftover_directory_of_an_interrupted_wipe_is_removed(tmp_path: Path) -> None:
+    leftover = tmp_path / "t" / "0.wiping-deadbeef"
+    leftover.mkdir(parents=True)
+    (leftover / "junk").write_bytes(b"x")
+    RocksDBStore("t", tmp_path / "t").close()
+    assert not leftover.exists()
+
+
+def test_large_batches_across_memtable_flushes(tmp_path: Path) -> None:
+    part = RocksDBStorePartition(tmp_path / "p")
+    value = b"v" * 1000
+    for n in range(1, 41):  # ~40 MB through 16 MB memtables: several (atomic) flushes
+        part.write({f"{k:05}".encode(): value + str(n).encode() for k in range(1000)}, n)
+    part.close()
+    part = RocksDBStorePartition(tmp_path / "p")
+    assert part.changelog_offset == 40
+    assert {v for _, v in part.items()} == {value + b"40"}
+    part.close()
+
+
+def test_a_corrupt_database_is_wiped_not_fatal(tmp_path: Path) -> None:
+    """The changelog holds everything: a database RocksDB refuses to open is started afresh."""
+    path = tmp_path / "p"
+    part = RocksDBStorePartition(path)
+    part.write({b"a": b"1"}, 3)
+    part.close()
+    (path / "CURRENT").write_bytes(b"garbage without newline")
+    part = RocksDBStorePartition(path)
+    assert part.changelog_offset is None
+    assert list(part.items()) == []
+    part.close()
+
+
+def test_an_unknown_format_version_is_wiped(tmp_path: Path) -> None:
+    path = tmp_path / "p"
+    part = RocksDBStorePartition(path)
+    part.write({b"a": b"1"}, 3)
+    part._put_meta(FORMAT_KEY, b"999")
+    part.close()
+    part = RocksDBStorePartition(path)
+    assert part.changelog_offset is None
+    assert list(part.items()) == []
+    part.close()
+    part = RocksDBStorePartition(path)  # and the current version is recorded again
+    part.write({b"b": b"2"}, 1)
+    part.close()
+    part = RocksDBStorePartition(path)
+    assert part.changelog_offset == 1
+    part.close()

@@ -1,0 +1,155 @@
+"""PartitionTransaction over both store kinds: buffering, encoding once, commit and discard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streams_app.codecs import JsonCodec, StrCodec
+from streams_app.state import DELETED, PartitionTransaction, Store
+
+
+class CountingCodec(JsonCodec):
+    def __init__(self) -> None:
+        self.dumps_calls = 0
+        self.loads_calls = 0
+
+    def dumps(self, obj: Any) -> bytes:
+        self.dumps_calls += 1
+        return super().dumps(obj)
+
+    def loads(self, data: bytes) -> Any:
+        self.loads_calls += 1
+        return super().loads(data)
+
+
+def test_reads_see_own_writes_before_commit(store: Store) -> None:
+    part = store.partition(0)
+    tx = PartitionTransaction(part, StrCodec(), JsonCodec())
+    assert tx.get("a", None) is None
+    with pytest.raises(KeyError):
+        tx.get("a")
+    tx.set("a", 1)
+    tx.set("b", {"x": [1, 2]})
+    assert tx.get("a") == 1
+    assert tx.get("b") == {"x": [1, 2]}
+    assert tx.contains("a")
+    assert tx.dirty
+    # Nothing reached the store yet.
+    assert part.get(b"a") is None
+    assert part.changelog_offset is None
+
+
+def test_delete_hides_committed_value_until_commit_removes_it(store: Store) -> None:
+    part = store.partition(0)
+    part.write({b"a": b"1", b"b": b"2"}, 10)
+    tx = PartitionTransaction(part, StrCodec(), JsonCodec())
+    assert tx.get("a") == 1
+    tx.delete("a")
+    assert not tx.contains("a")
+    assert tx.get("a", "gone") == "gone"
+    assert part.get(b"a") == b"1"
+    assert dict(tx.dirty_items()) == {"a": DELETED}
+    assert tx.prepare() == {b"a": None}
+    tx.commit(11)
+    assert part.get(b"a") is None
+    assert part.get(b"b") == b"2"
+    assert part.changelog_offset == 11
+    # Set after delete within one transaction: the last one wins.
+    tx.delete("b")
+    tx.set("b", 3)
+    tx.commit(12)
+    assert part.get(b"b") == b"3"
+
+
+def test_prepare_encodes_each_dirty_key_once(store: Store) -> None:
+    values = CountingCodec()
+    tx = PartitionTransaction(store.partition(0), StrCodec(), values)
+    for i in range(1000):
+        tx.set("counter", i)
+        tx.set(f"k{i % 10}", i)
+    assert values.dumps_calls == 0  # values stay decoded while the transaction is open
+    first = tx.prepare()
+    assert values.dumps_calls == 11
+    assert tx.prepare() is first  # prepared once; the changelog and the store share it
+    assert values.dumps_calls == 11
+    assert first[b"counter"] == b"999"
+    tx.commit(5)
+    assert values.dumps_calls == 11  # commit reuses the prepared batch
+    # A write after prepare invalidates it.
+    tx.set("counter", 1000)
+    assert tx.prepare() == {b"counter": b"1000"}
+
+
+def test_commit_writes_batch_and_offset_and_keeps_a_read_cache(store: Store) -> None:
+    part = store.partition(3)
+    values = CountingCodec()
+    tx = PartitionTransaction(part, StrCodec(), values)
+    tx.set("a", [1])
+    tx.set("b", "two")
+    tx.commit(42)
+    assert part.changelog_offset == 42
+    assert dict(part.items()) == {b"a": b"[1]", b"b": b'"two"'}
+    assert not tx.dirty
+    assert tx.prepare() == {}
+    assert tx.get("a") == [1]
+    assert values.loads_calls == 0  # served from the cache, not decoded again
+    # An empty commit still moves the offset (the changelog moved past our markers).
+    tx.commit(44)
+    assert part.changelog_offset == 44
+    assert dict(part.items()) == {b"a": b"[1]", b"b": b'"two"'}
+
+
+def test_discard_forgets_pending_writes_and_cached_reads(store: Store) -> None:
+    part = store.partition(0)
+    part.write({b"a": b"1"}, 1)
+    tx = PartitionTransaction(part, StrCodec(), JsonCodec())
+    tx.set("a", 2)
+    tx.set("new", 3)
+    tx.delete("a")
+    tx.discard()
+    assert not tx.dirty
+    assert tx.get("a") == 1
+    assert tx.get("new", None) is None
+    assert part.changelog_offset == 1
+    assert dict(part.items()) == {b"a": b"1"}
+
+
+def test_items_never_show_bookkeeping_and_come_in_key_order(store: Store) -> None:
+    part = store.partition(0)
+    keys = [b"", b"\x00", b"changelog-offset", b"format-version", b"__streams_app", b"\xff" * 3]
+    part.write(dict.fromkeys(keys, b"v"), 7)
+    assert [k for k, _ in part.items()] == sorted(keys)
+    assert all(v == b"v" for _, v in part.items())
+    part.write({b"changelog-offset": None}, 8)
+    assert part.changelog_offset == 8
+    assert b"changelog-offset" not in dict(part.items())
+
+
+def test_wipe_drops_data_and_offset(store: Store) -> None:
+    part = store.partition(0)
+    part.write({b"a": b"1", b"\xff\xff\xff": b"2", b"": b"3"}, 9)
+    part.wipe()
+    assert part.changelog_offset is None
+    assert list(part.items()) == []
+    assert part.get(b"") is None
+    part.write({b"b": b"1"}, 1)
+    assert dict(part.items()) == {b"b": b"1"}
+
+
+def test_store_keeps_released_partitions_for_a_later_return(store: Store) -> None:
+    store.partition(1).write({b"k": b"v"}, 3)
+    assert store.partition(1) is store.partition(1)
+    store.close_partition(1)
+    again = store.partition(1)
+    assert again.changelog_offset == 3
+    assert again.get(b"k") == b"v"
+    store.close_partition(99)  # never opened: nothing to do
+
+
+def test_closed_partition_refuses_use(store: Store) -> None:
+    part = store.partition(0)
+    store.close_partition(0)
+    with pytest.raises(RuntimeError):
+        part.write({b"a": b"1"}, 1)
