@@ -1,0 +1,40 @@
+"""Our KIP-447 extension of aiokafka 0.14.0 (pinned exactly: everything here touches its privates).
+
+- :mod:`~streams_app.kafka.protocol`: TxnOffsetCommit v3 and OffsetFetch v7 (require_stable);
+- :mod:`~streams_app.kafka.errors`: error codes 82, 88, 90 registered in aiokafka's table;
+- :mod:`~streams_app.kafka.producer`: :class:`TransactionalProducer`;
+- :mod:`~streams_app.kafka.consumer`: :class:`StableConsumer`;
+- :mod:`~streams_app.kafka.admin`: :class:`KafkaAdmin`.
+
+Nothing outside this package may touch aiokafka's private attributes.
+"""
+
+from streams_app.kafka.admin import KafkaAdmin
+from streams_app.kafka.consumer import StableConsumer
+from streams_app.kafka.errors import (
+    FencedInstanceIdError,
+    InvalidGroupMetadataError,
+    OffsetCommitFencedError,
+    ProducerFencedResponseError,
+    ProducerUnusableError,
+    TransactionSendFailedError,
+    UnstableOffsetCommitError,
+    is_fencing_error,
+    register_error_codes,
+)
+from streams_app.kafka.producer import TransactionalProducer
+
+__all__ = [
+    "FencedInstanceIdError",
+    "InvalidGroupMetadataError",
+    "KafkaAdmin",
+    "OffsetCommitFencedError",
+    "ProducerFencedResponseError",
+    "ProducerUnusableError",
+    "StableConsumer",
+    "TransactionSendFailedError",
+    "TransactionalProducer",
+    "UnstableOffsetCommitError",
+    "is_fencing_error",
+    "register_error_codes",
+]

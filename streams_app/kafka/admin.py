@@ -1,0 +1,198 @@
+"""Topic administration, offsets and the broker capability check the runtime needs at start.
+
+Built on aiokafka's public clients: ``AIOKafkaAdminClient`` for metadata and CreateTopics, and a
+group-less ``AIOKafkaConsumer`` (read_uncommitted) for ListOffsets, which already routes each
+partition to its leader and retries leader changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection
+from typing import Any
+
+import aiokafka.errors as aerrors
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.protocol.admin import ApiVersionRequest
+from aiokafka.structs import TopicPartition as AioTopicPartition
+
+from streams_app.errors import BrokerTooOld, BrokerUnavailable, TopologyError
+from streams_app.kafka.protocol import (
+    OFFSET_FETCH_KEY,
+    OFFSET_FETCH_VERSION,
+    TXN_OFFSET_COMMIT_KEY,
+    TXN_OFFSET_COMMIT_VERSION,
+)
+from streams_app.transport.base import TopicPartition, TopicSpec
+
+log = logging.getLogger(__name__)
+
+#: What exactly-once v2 needs from every broker: (api key, minimum version, name).
+EXACTLY_ONCE_APIS = (
+    (TXN_OFFSET_COMMIT_KEY, TXN_OFFSET_COMMIT_VERSION, "TxnOffsetCommit"),
+    (OFFSET_FETCH_KEY, OFFSET_FETCH_VERSION, "OffsetFetch"),
+)
+
+
+class KafkaAdmin:
+    """Implements ``streams_app.transport.base.AdminClient``.
+
+    ``client_kwargs`` go to both aiokafka clients verbatim (security settings, client_id, ...).
+    """
+
+    def __init__(
+        self, bootstrap_servers: str, *, request_timeout_ms: int = 30_000, **client_kwargs: Any
+    ) -> None:
+        self._address = bootstrap_servers
+        self._timeout = request_timeout_ms / 1000
+        self._admin = AIOKafkaAdminClient(
+            bootstrap_servers=bootstrap_servers,
+            request_timeout_ms=request_timeout_ms,
+            **client_kwargs,
+        )
+        self._offsets = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap_servers,
+            request_timeout_ms=request_timeout_ms,
+            isolation_level="read_uncommitted",
+            enable_auto_commit=False,
+            **client_kwargs,
+        )
+        self._started = False
+
+    async def start(self) -> None:
+        try:
+            await self._admin.start()
+            await self._offsets.start()
+        except aerrors.KafkaConnectionError as exc:
+            await self.close()
+            raise BrokerUnavailable(self._address) from exc
+        self._started = True
+
+    async def close(self) -> None:
+        await self._offsets.stop()
+        await self._admin.close()
+        self._started = False
+
+    # -- topics ------------------------------------------------------------------------------
+
+    async def _describe(self, topics: Collection[str]) -> dict[str, list[dict[str, Any]]]:
+        """Partitions of each existing topic (missing topics are left out)."""
+        if not topics:
+            return {}
+        described = await self._admin.describe_topics(sorted(set(topics)))
+        found: dict[str, list[dict[str, Any]]] = {}
+        for topic in described:
+            error = aerrors.for_code(topic["error_code"])
+            if error is aerrors.NoError:
+                found[topic["topic"]] = topic["partitions"]
+            elif error not in (aerrors.UnknownTopicOrPartitionError, aerrors.InvalidTopicError):
+                raise error(topic["topic"])
+        return found
+
+    async def partition_counts(self, topics: Collection[str]) -> dict[str, int]:
+        return {name: len(parts) for name, parts in (await self._describe(topics)).items()}
+
+    async def create_topics(self, specs: Collection[TopicSpec]) -> None:
+        """Create the topics that do not exist yet; existing ones are left alone.
+
+        Raises :class:`TopologyError` naming the topic and the broker's reason for any topic the
+        broker refuses. Returns once every created partition has a leader in the metadata, so
+        producers and consumers started next can use them.
+        """
+        existing = await self._describe([spec.name for spec in specs])
+        missing = [spec for spec in specs if spec.name not in existing]
+        if not missing:
+            return
+        response = await self._admin.create_topics(
+            [
+                NewTopic(
+                    spec.name,
+                    spec.partitions,
+                    spec.replication_factor,
+                    topic_configs=dict(spec.configs),
+                )
+                for spec in missing
+            ],
+            timeout_ms=int(self._timeout * 1000),
+        )
+        for name, code, message in response.topic_errors:
+            error = aerrors.for_code(code)
+            if error in (aerrors.NoError, aerrors.TopicAlreadyExistsError):
+                continue
+            raise TopologyError(
+                f"cannot create topic {name!r}: the broker answered {error.message}"
+                f"{': ' + message if message else ''}. Fix the topic's settings (partitions, "
+                "replication factor, configs) or create it yourself."
+            )
+        await self._wait_for_leaders({spec.name: spec.partitions for spec in missing})
+
+    async def _wait_for_leaders(self, partitions: dict[str, int]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
+        while True:
+            described = await self._describe(partitions)
+            ready = all(
+                len(described.get(name, ())) >= count
+                and all(part["leader"] >= 0 for part in described[name])
+                for name, count in partitions.items()
+            )
+            if ready:
+                return
+            if loop.time() > deadline:
+                raise TopologyError(
+                    f"topics {sorted(partitions)} were created but their partitions have no "
+                    f"leader after {self._timeout:g} s; check the brokers' health"
+                )
+            await asyncio.sleep(0.05)
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    async def end_offsets(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """High watermarks (read_uncommitted): past any open transaction, as restore needs."""
+        if not partitions:
+            return {}
+        tps = [AioTopicPartition(tp.topic, tp.partition) for tp in partitions]
+        found = await self._offsets.end_offsets(tps)
+        return {TopicPartition(tp.topic, tp.partition): int(o) for tp, o in found.items()}
+
+    async def beginning_offsets(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        if not partitions:
+            return {}
+        tps = [AioTopicPartition(tp.topic, tp.partition) for tp in partitions]
+        found = await self._offsets.beginning_offsets(tps)
+        return {TopicPartition(tp.topic, tp.partition): int(o) for tp, o in found.items()}
+
+    # -- capabilities ------------------------------------------------------------------------
+
+    async def api_versions(self) -> dict[str, dict[int, tuple[int, int]]]:
+        """ApiVersions of every broker in the metadata, by ``host:port``."""
+        client = self._admin._client
+        await client.force_metadata_update()
+        versions: dict[str, dict[int, tuple[int, int]]] = {}
+        for broker in client.cluster.brokers():
+            response = await client.send(broker.nodeId, ApiVersionRequest())
+            versions[f"{broker.host}:{broker.port}"] = {
+                key: (low, high) for key, low, high in response.api_versions
+            }
+        return versions
+
+    async def check_exactly_once_support(self) -> None:
+        """Raise :class:`BrokerTooOld` unless every broker has TxnOffsetCommit v3+ and
+        OffsetFetch v7+ (KIP-447, Kafka 2.5+)."""
+        for address, versions in (await self.api_versions()).items():
+            for key, needed, name in EXACTLY_ONCE_APIS:
+                low, high = versions.get(key, (-1, -1))
+                if not low <= needed <= high:
+                    have = f"v{low}-v{high}" if high >= 0 else "no version"
+                    raise BrokerTooOld(
+                        f"the Kafka broker at {address} supports {name} {have}, but "
+                        f"exactly-once v2 needs {name} v{needed} (KIP-447, Kafka 2.5 or newer). "
+                        "Fix: upgrade the brokers, or run with processing_guarantee="
+                        "'at_least_once'."
+                    )

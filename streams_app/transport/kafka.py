@@ -1,0 +1,625 @@
+"""The real transport: the protocols of :mod:`streams_app.transport.base` on Kafka.
+
+Built on :mod:`streams_app.kafka`, our KIP-447 extension of aiokafka. This module only adapts
+signatures and translates errors into :mod:`streams_app.transport.errors`; it touches nothing
+private of aiokafka.
+
+Error translation, by what the runtime must do (see ``transport/errors.py``):
+
+==========================================================  =========================
+aiokafka / streams_app.kafka                                 raised to the runtime
+==========================================================  =========================
+ProducerFenced, INVALID_PRODUCER_EPOCH (47), PRODUCER_FENCED  ProducerFencedError
+(90), anywhere in the cause chain
+TxnOffsetCommit 22/25/27/82, a membership with generation    CommitFailedError
+-1 / no member id, consumer CommitFailedError
+a send of the transaction failed (at the broker, or in       SendFailedError
+``send`` itself)
+the producer's sender died (transaction manager FATAL), or   FatalProducerError
+an earlier broker-side send failure left a sequence gap
+other Kafka errors inside a transaction                      TransactionAbortableError
+==========================================================  =========================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import aiokafka.errors as aerrors
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.structs import OffsetAndMetadata
+from aiokafka.structs import TopicPartition as AioTopicPartition
+
+from streams_app.errors import BrokerUnavailable, ConfigError, StreamsAppError
+from streams_app.kafka import (
+    InvalidGroupMetadataError,
+    KafkaAdmin,
+    OffsetCommitFencedError,
+    ProducerUnusableError,
+    StableConsumer,
+    TransactionalProducer,
+    TransactionSendFailedError,
+    is_fencing_error,
+)
+from streams_app.transport.base import (
+    ConsumerConfig,
+    GroupMetadata,
+    ProducerConfig,
+    RebalanceListener,
+    RecordLike,
+    RecordMetadataLike,
+    TopicPartition,
+    TopicSpec,
+)
+from streams_app.transport.errors import (
+    CommitFailedError,
+    FatalProducerError,
+    ProducerFencedError,
+    SendFailedError,
+    TransactionAbortableError,
+    TransportError,
+)
+
+log = logging.getLogger(__name__)
+
+#: The aiokafka client arguments ``security=`` may carry (passed through verbatim, never logged).
+SECURITY_KEYS = frozenset(
+    {
+        "security_protocol",
+        "ssl_context",
+        "sasl_mechanism",
+        "sasl_plain_username",
+        "sasl_plain_password",
+        "sasl_kerberos_service_name",
+        "sasl_kerberos_domain_name",
+        "sasl_oauth_token_provider",
+    }
+)
+
+#: How long a transactional producer's start (bootstrap + InitProducerId) may take. aiokafka
+#: retries InitProducerId forever, e.g. while ``__transaction_state`` cannot be created.
+START_TIMEOUT_S = 60.0
+#: How long ``committed_offsets`` waits out an open transaction holding the offsets. The
+#: broker aborts such a transaction after its transaction.timeout.ms (ours: 10 s).
+COMMITTED_OFFSETS_TIMEOUT_S = 60.0
+
+
+def _aio(tp: tuple[str, int]) -> AioTopicPartition:
+    return AioTopicPartition(tp[0], tp[1])
+
+
+def _ours(tp: tuple[str, int]) -> TopicPartition:
+    return TopicPartition(tp[0], tp[1])
+
+
+class KafkaTransport:
+    """Makes the Kafka clients of one worker.
+
+    ``security`` holds aiokafka client arguments for TLS/SASL (``security_protocol``,
+    ``ssl_context``, ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``, ...)
+    and is passed through verbatim to every client; its values are never logged or shown.
+    """
+
+    def __init__(
+        self, bootstrap_servers: str, *, security: Mapping[str, Any] | None = None
+    ) -> None:
+        security = dict(security or {})
+        unknown = sorted(set(security) - SECURITY_KEYS)
+        if unknown:
+            raise ConfigError(
+                "security",
+                f"unknown key(s) {unknown}",
+                f"use only aiokafka's security arguments: {sorted(SECURITY_KEYS)}",
+            )
+        if not bootstrap_servers:
+            raise ConfigError("broker", "no bootstrap servers given", "set broker=host:port")
+        self._bootstrap = bootstrap_servers
+        self._security = security
+
+    def __repr__(self) -> str:
+        return f"KafkaTransport({self._bootstrap!r}, security keys={sorted(self._security)})"
+
+    @property
+    def address(self) -> str:
+        return self._bootstrap
+
+    def consumer(self, config: ConsumerConfig) -> KafkaConsumerClient:
+        return KafkaConsumerClient(self._bootstrap, config, self._security)
+
+    def producer(self, config: ProducerConfig) -> KafkaProducerClient:
+        return KafkaProducerClient(self._bootstrap, config, self._security)
+
+    def admin(self) -> KafkaAdminClient:
+        return KafkaAdminClient(self._bootstrap, self._security)
+
+
+# -- consumer ------------------------------------------------------------------------------
+
+
+class _ListenerAdapter(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Our RebalanceListener as aiokafka's (aiokafka awaits both callbacks).
+
+    aiokafka only *logs* an exception raised in a callback and carries on with the rebalance;
+    we keep it and re-raise it from the next ``getmany`` (as Java's ``poll`` does), so that the
+    runtime learns its revocation commit or assignment setup failed.
+    """
+
+    def __init__(self, listener: RebalanceListener, client: KafkaConsumerClient) -> None:
+        self._listener = listener
+        self._client = client
+
+    async def on_partitions_revoked(self, revoked: Collection[tuple[str, int]]) -> None:
+        try:
+            await self._listener.on_partitions_revoked({_ours(tp) for tp in revoked})
+        except Exception as exc:
+            log.exception("on_partitions_revoked failed; re-raised from the next getmany")
+            self._client._listener_error = exc
+
+    async def on_partitions_assigned(self, assigned: Collection[tuple[str, int]]) -> None:
+        try:
+            await self._listener.on_partitions_assigned({_ours(tp) for tp in assigned})
+        except Exception as exc:
+            log.exception("on_partitions_assigned failed; re-raised from the next getmany")
+            self._client._listener_error = exc
+
+
+class KafkaConsumerClient:
+    """``ConsumerClient`` on :class:`streams_app.kafka.StableConsumer`.
+
+    Range assignor (co-partitioned topics land together), committed offsets read with
+    ``require_stable``, heartbeats during ``on_partitions_assigned``. ``subscribe``/``assign``
+    may be called before ``start``; they take effect once started (``start`` does not wait for
+    the first assignment). ``rebalance_timeout_ms=None`` means ``max_poll_interval_ms``, as in
+    Java (aiokafka's default is the session timeout: a revocation callback that outlasts it
+    gets the member dropped from the group).
+    """
+
+    def __init__(self, bootstrap: str, config: ConsumerConfig, security: Mapping[str, Any]) -> None:
+        self._bootstrap = bootstrap
+        self._config = config
+        self._security = security
+        self._consumer: StableConsumer | None = None
+        self._pending: tuple[str, Any] | None = None
+        self._listener_error: Exception | None = None
+        self._leaving: asyncio.Task[None] | None = None
+
+    @property
+    def _c(self) -> StableConsumer:
+        if self._consumer is None:
+            raise TransportError("the consumer is not started")
+        return self._consumer
+
+    async def start(self) -> None:
+        config = self._config
+        consumer = StableConsumer(
+            bootstrap_servers=self._bootstrap,
+            client_id=config.client_id,
+            group_id=config.group_id,
+            isolation_level=config.isolation_level,
+            enable_auto_commit=config.enable_auto_commit,
+            auto_offset_reset=config.auto_offset_reset,
+            session_timeout_ms=config.session_timeout_ms,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            max_poll_interval_ms=config.max_poll_interval_ms,
+            max_poll_records=config.max_poll_records,
+            fetch_max_wait_ms=config.fetch_max_wait_ms,
+            # Java's default; aiokafka's (the session timeout) drops a member whose
+            # revocation commit takes longer than the session timeout.
+            rebalance_timeout_ms=config.rebalance_timeout_ms or config.max_poll_interval_ms,
+            partition_assignment_strategy=(RangePartitionAssignor,),
+            **self._security,
+        )
+        try:
+            await consumer.start()
+        except aerrors.KafkaConnectionError as exc:
+            await consumer.stop()
+            raise BrokerUnavailable(self._bootstrap) from exc
+        except aerrors.KafkaError as exc:
+            await consumer.stop()
+            raise TransportError(f"consumer start failed: {exc!r}") from exc
+        self._consumer = consumer
+        if self._pending is not None:
+            kind, arg = self._pending
+            self._pending = None
+            if kind == "subscribe":
+                topics, listener = arg
+                self.subscribe(topics, listener)
+            else:
+                self.assign(arg)
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    def subscribe(self, topics: Collection[str], listener: RebalanceListener) -> None:
+        if self._consumer is None:
+            self._pending = ("subscribe", (list(topics), listener))
+            return
+        consumer, topics = self._consumer, list(topics)
+
+        def subscribe(_: object = None) -> None:
+            consumer.subscribe(topics=topics, listener=_ListenerAdapter(listener, self))
+
+        leaving = self._leaving
+        if leaving is not None and not leaving.done():
+            # Join as a new member only once the LeaveGroup of ``unsubscribe`` is through.
+            leaving.add_done_callback(subscribe)
+        else:
+            subscribe()
+
+    def unsubscribe(self) -> None:
+        """Leave the group (LeaveGroup); a later ``subscribe`` joins as a new member."""
+        self._pending = None
+        if self._consumer is not None:
+            self._leaving = self._consumer.unsubscribe()
+
+    def assign(self, partitions: Collection[TopicPartition]) -> None:
+        if self._consumer is None:
+            self._pending = ("assign", list(partitions))
+            return
+        self._consumer.assign([_aio(tp) for tp in partitions])
+
+    def assignment(self) -> set[TopicPartition]:
+        if self._consumer is None:
+            return set()
+        return {_ours(tp) for tp in self._consumer.assignment()}
+
+    async def getmany(
+        self, timeout_ms: int, max_records: int | None = None
+    ) -> Mapping[TopicPartition, Sequence[RecordLike]]:
+        if self._listener_error is not None:
+            error, self._listener_error = self._listener_error, None
+            raise error
+        try:
+            batch = await self._c.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        except aerrors.KafkaError as exc:
+            raise TransportError(f"fetch failed: {exc!r}") from exc
+        return {_ours(tp): records for tp, records in batch.items()}
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._c.seek(_aio(tp), offset)
+
+    async def position(self, tp: TopicPartition) -> int:
+        try:
+            return int(await self._c.position(_aio(tp)))
+        except aerrors.IllegalStateError as exc:
+            raise TransportError(f"{tp} is not assigned to this consumer") from exc
+
+    async def committed_offsets(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, int | None]:
+        try:
+            found = await self._c.committed_offsets(partitions, timeout=COMMITTED_OFFSETS_TIMEOUT_S)
+        except (aerrors.KafkaError, aerrors.IllegalOperation) as exc:
+            raise TransportError(f"reading committed offsets failed: {exc}") from exc
+        return {_ours(tp): offset for tp, offset in found.items()}
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        if not offsets:
+            return
+        try:
+            await self._c.commit({_aio(tp): OffsetAndMetadata(o, "") for tp, o in offsets.items()})
+        except (aerrors.CommitFailedError, aerrors.IllegalStateError) as exc:
+            raise CommitFailedError(f"offset commit rejected: {exc}") from exc
+        except (aerrors.KafkaError, aerrors.IllegalOperation) as exc:
+            raise TransportError(f"offset commit failed: {exc!r}") from exc
+
+    def pause(self, partitions: Collection[TopicPartition]) -> None:
+        self._c.pause(*(_aio(tp) for tp in partitions))
+
+    def resume(self, partitions: Collection[TopicPartition]) -> None:
+        self._c.resume(*(_aio(tp) for tp in partitions))
+
+    def group_metadata(self) -> GroupMetadata:
+        if self._consumer is None:
+            if self._config.group_id is None:
+                raise TransportError("group_metadata() needs a consumer with a group_id")
+            return GroupMetadata(self._config.group_id, -1, "")
+        try:
+            return self._consumer.group_metadata()
+        except aerrors.IllegalOperation as exc:
+            raise TransportError(str(exc)) from exc
+
+
+# -- producer ------------------------------------------------------------------------------
+
+
+class KafkaProducerClient:
+    """``ProducerClient`` on :class:`streams_app.kafka.TransactionalProducer`.
+
+    With a ``transactional_id``: exactly-once (KIP-447 offsets, send gate). Without: a plain
+    producer (acks=all + idempotence for at-least-once, acks=0 for at-most-once) whose
+    transactional methods raise :class:`TransportError`.
+
+    ``send`` returns aiokafka's own future (no per-record wrapping, it is the hot path): when
+    it fails, it fails with aiokafka's exception. ``flush`` and ``commit_transaction`` report
+    such failures as :class:`SendFailedError`.
+    """
+
+    _PRUNE_AT = 10_000
+
+    def __init__(self, bootstrap: str, config: ProducerConfig, security: Mapping[str, Any]) -> None:
+        if config.transactional_id is not None and config.acks not in ("all", -1):
+            raise ConfigError(
+                "acks", f"{config.acks!r} with a transactional producer", "use acks='all'"
+            )
+        if config.enable_idempotence and config.acks not in ("all", -1):
+            raise ConfigError(
+                "acks",
+                f"{config.acks!r} with enable_idempotence=True",
+                "use acks='all', or enable_idempotence=False for at-most-once",
+            )
+        self._bootstrap = bootstrap
+        self._config = config
+        self._security = security
+        self._producer: TransactionalProducer | None = None
+        # Non-transactional sends since the last flush (the transactional producer tracks its own).
+        self._unflushed: list[asyncio.Future[Any]] = []
+
+    @property
+    def transactional(self) -> bool:
+        return self._config.transactional_id is not None
+
+    @property
+    def _p(self) -> TransactionalProducer:
+        if self._producer is None:
+            raise TransportError("the producer is not started")
+        return self._producer
+
+    async def start(self) -> None:
+        config = self._config
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": self._bootstrap,
+            "client_id": config.client_id,
+            "acks": config.acks,
+            "enable_idempotence": config.enable_idempotence,
+            "request_timeout_ms": config.request_timeout_ms,
+            "linger_ms": config.linger_ms,
+            "max_batch_size": config.max_batch_size,
+            "compression_type": config.compression_type,
+        }
+        if config.transactional_id is not None:
+            kwargs["transactional_id"] = config.transactional_id
+            kwargs["transaction_timeout_ms"] = config.transaction_timeout_ms
+        try:
+            producer = TransactionalProducer(**kwargs, **self._security)
+        except (ValueError, RuntimeError) as exc:
+            raise ConfigError("producer", str(exc), "check the producer settings") from exc
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                await producer.start()
+        except aerrors.KafkaConnectionError as exc:
+            await producer.stop()
+            raise BrokerUnavailable(self._bootstrap) from exc
+        except TimeoutError as exc:
+            await producer.stop()
+            raise BrokerUnavailable(
+                self._bootstrap,
+                f"no transaction coordinator completed InitProducerId within "
+                f"{START_TIMEOUT_S:g} s; check transaction.state.log.replication.factor and "
+                "min.isr against the number of brokers",
+            ) from exc
+        except aerrors.KafkaError as exc:
+            await producer.stop()
+            raise self._translate(exc) from exc
+        self._producer = producer
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+
+    def _translate(self, exc: BaseException) -> BaseException:
+        """The transport error for ``exc`` (``exc`` itself when it is not a Kafka error)."""
+        producer = self._producer
+        tid = self._config.transactional_id
+        if isinstance(exc, StreamsAppError):
+            return exc
+        if is_fencing_error(exc):
+            return ProducerFencedError(
+                f"producer with transactional.id {tid!r} was fenced: a newer instance took the "
+                "id, or the broker aborted its transaction after transaction.timeout.ms "
+                f"({self._config.transaction_timeout_ms} ms)"
+            )
+        if isinstance(exc, TransactionSendFailedError):
+            for failure in exc.failures:
+                if is_fencing_error(failure):
+                    return self._translate(failure)
+        if isinstance(exc, ProducerUnusableError | aerrors.ProducerClosed) or (
+            producer is not None and producer.fatal_error is not None
+        ):
+            return FatalProducerError(f"producer {tid!r} is unusable, recreate it: {exc}")
+        if isinstance(exc, OffsetCommitFencedError | InvalidGroupMetadataError):
+            return CommitFailedError(str(exc))
+        if isinstance(exc, TransactionSendFailedError):
+            return SendFailedError(str(exc))
+        if isinstance(exc, aerrors.IllegalOperation):
+            return TransportError(str(exc))
+        if isinstance(exc, aerrors.KafkaError):
+            if self.transactional:
+                return TransactionAbortableError(f"transaction failed: {exc!r}")
+            return TransportError(f"producer error: {exc!r}")
+        return exc
+
+    def _not_transactional(self, what: str) -> TransportError:
+        return TransportError(f"{what} needs a transactional producer (no transactional_id set)")
+
+    async def begin_transaction(self) -> None:
+        if not self.transactional:
+            raise self._not_transactional("begin_transaction")
+        try:
+            await self._p.begin_transaction()
+        except Exception as exc:
+            mapped = self._translate(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def send(
+        self,
+        topic: str,
+        *,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[RecordMetadataLike]:
+        try:
+            fut: asyncio.Future[RecordMetadataLike] = await self._p.send(
+                topic,
+                value=value,
+                key=key,
+                partition=partition,
+                timestamp_ms=timestamp_ms,
+                headers=headers,
+            )
+        except aerrors.IllegalOperation as exc:
+            raise TransportError(str(exc)) from exc
+        except aerrors.KafkaError as exc:
+            mapped = self._translate(exc)
+            if not isinstance(mapped, ProducerFencedError | FatalProducerError):
+                mapped = SendFailedError(f"send to topic {topic!r} failed: {exc!r}")
+            raise mapped from exc
+        if not self.transactional:
+            self._unflushed.append(fut)
+            if len(self._unflushed) >= self._PRUNE_AT:
+                self._unflushed = [f for f in self._unflushed if not f.done() or _failed(f)]
+        return fut
+
+    async def flush(self) -> None:
+        """Wait for every send so far; raise :class:`SendFailedError` if any failed.
+
+        Transactional: the sends of the current transaction (they stay tracked, so the commit
+        refuses too). Otherwise: the sends since the previous ``flush``.
+        """
+        producer = self._p
+        try:
+            if self.transactional:
+                failures = await producer.wait_for_sends()
+            else:
+                await producer.flush()
+                unflushed, self._unflushed = self._unflushed, []
+                failures = [_failure(f) for f in unflushed if _failed(f)]
+        except Exception as exc:
+            mapped = self._translate(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        if failures:
+            raise self._translate(TransactionSendFailedError(failures))
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group: GroupMetadata
+    ) -> None:
+        if not self.transactional:
+            raise self._not_transactional("send_offsets_to_transaction")
+        try:
+            await self._p.send_offsets_to_transaction(
+                {_aio(tp): OffsetAndMetadata(o, "") for tp, o in offsets.items()}, group
+            )
+        except Exception as exc:
+            mapped = self._translate(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def commit_transaction(self) -> None:
+        if not self.transactional:
+            raise self._not_transactional("commit_transaction")
+        try:
+            await self._p.commit_transaction()
+        except Exception as exc:
+            mapped = self._translate(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def abort_transaction(self) -> None:
+        """Abort the open transaction; a no-op when none is open."""
+        if not self.transactional:
+            raise self._not_transactional("abort_transaction")
+        try:
+            await self._p.abort_transaction()
+        except Exception as exc:
+            mapped = self._translate(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+
+def _failed(fut: asyncio.Future[Any]) -> bool:
+    return fut.done() and (fut.cancelled() or fut.exception() is not None)
+
+
+def _failure(fut: asyncio.Future[Any]) -> BaseException:
+    if fut.cancelled():
+        return asyncio.CancelledError("the send was cancelled")
+    exc = fut.exception()
+    assert exc is not None
+    return exc
+
+
+# -- admin ---------------------------------------------------------------------------------
+
+
+class KafkaAdminClient:
+    """``AdminClient`` on :class:`streams_app.kafka.KafkaAdmin`, with errors translated."""
+
+    def __init__(self, bootstrap: str, security: Mapping[str, Any]) -> None:
+        self._bootstrap = bootstrap
+        self._security = security
+        self._admin: KafkaAdmin | None = None
+
+    @property
+    def _a(self) -> KafkaAdmin:
+        if self._admin is None:
+            raise TransportError("the admin client is not started")
+        return self._admin
+
+    async def start(self) -> None:
+        admin = KafkaAdmin(self._bootstrap, client_id="streams-app-admin", **self._security)
+        await admin.start()  # raises BrokerUnavailable itself
+        self._admin = admin
+
+    async def close(self) -> None:
+        if self._admin is not None:
+            await self._admin.close()
+
+    async def partition_counts(self, topics: Collection[str]) -> dict[str, int]:
+        try:
+            return await self._a.partition_counts(topics)
+        except aerrors.KafkaError as exc:
+            raise TransportError(f"describing topics failed: {exc!r}") from exc
+
+    async def create_topics(self, specs: Collection[TopicSpec]) -> None:
+        try:
+            await self._a.create_topics(specs)
+        except aerrors.KafkaError as exc:
+            names = sorted(spec.name for spec in specs)
+            raise TransportError(f"creating topics {names} failed: {exc!r}") from exc
+
+    async def end_offsets(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        try:
+            return await self._a.end_offsets(partitions)
+        except aerrors.KafkaError as exc:
+            raise TransportError(f"listing end offsets failed: {exc!r}") from exc
+
+    async def beginning_offsets(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        try:
+            return await self._a.beginning_offsets(partitions)
+        except aerrors.KafkaError as exc:
+            raise TransportError(f"listing beginning offsets failed: {exc!r}") from exc
+
+    async def check_exactly_once_support(self) -> None:
+        try:
+            await self._a.check_exactly_once_support()
+        except aerrors.KafkaError as exc:
+            raise TransportError(f"reading the brokers' API versions failed: {exc!r}") from exc
