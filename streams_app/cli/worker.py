@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
+from typing import Any
 
 from streams_app.cli.loader import load_app
 
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_run(app, overrides))
 
 
-async def _run(app: object, overrides: dict[str, object]) -> int:
+async def _run(app: object, overrides: dict[str, Any]) -> int:
     from streams_app.app.app import App
 
     assert isinstance(app, App)

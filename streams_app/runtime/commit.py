@@ -34,6 +34,7 @@ before processing (loss possible, duplicates not).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -138,8 +139,15 @@ class Committer:
             if not tx.dirty:
                 continue
             future = task.changelog_last.pop(table_name)
-            # The stored offset is the next changelog offset the store does not contain.
-            tx.commit(future.result().offset + 1)
+            metadata = future.result()
+            if metadata is not None and metadata.offset >= 0:
+                # The next changelog offset the store does not contain.
+                tx.commit(metadata.offset + 1)
+            else:
+                # acks=0 (at-most-once) reports no offsets: keep the old one. Restore then
+                # replays a little more than needed, which is harmless: changelog records are
+                # values, not deltas, so replaying them again yields the same state.
+                tx.commit(tx.partition.changelog_offset or 0)
         task.changelog_last.clear()
 
     async def commit_offsets_before_processing(self, offsets: dict[TopicPartition, int]) -> None:
@@ -173,9 +181,7 @@ class Committer:
         self.group = None
         if isinstance(cause, CommitFailedError):
             # The transaction is still abortable; abort it rather than wait for its timeout.
-            try:
+            with contextlib.suppress(Exception):
                 await self.producer.abort()
-            except Exception:
-                pass
         await self.producer.recreate()
         self.records_since_commit = 0

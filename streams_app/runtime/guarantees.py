@@ -1,14 +1,19 @@
 """The exact Kafka client settings of each processing guarantee.
 
-| | exactly_once_v2 | at_least_once | at_most_once |
-|---|---|---|---|
-| producer | transactional (`<app id>-<process id>`), idempotent, acks=all | idempotent, acks=all, retried | acks=0, not idempotent, no retries |
-| transaction.timeout.ms | `transaction_timeout` (10 s) | - | - |
-| consumer isolation | read_committed | read_committed | read_committed |
-| auto-commit | off | off | off |
-| offsets | in the transaction (TxnOffsetCommit v3, KIP-447) | committed after every output is acknowledged | committed right after fetching, before processing |
-| commit interval | 100 ms | 1 s | 1 s |
-| on error | abort, rewind to committed offsets, retry | rewind, retry (outputs may repeat) | skip: the offset is already committed |
+exactly_once_v2
+    producer: transactional (``transactional.id = <app id>-<process id>``), idempotent,
+    acks=all, ``transaction.timeout.ms`` = ``transaction_timeout`` (10 s); consumer:
+    read_committed, auto-commit off; offsets committed inside the transaction (TxnOffsetCommit
+    v3 with the group generation, KIP-447); commit interval 100 ms; on error: abort, rewind to
+    the committed offsets, retry.
+at_least_once
+    producer: idempotent, acks=all, retried until delivered; consumer: read_committed,
+    auto-commit off; offsets committed after every output of the batch is acknowledged; commit
+    interval 1 s; on error: rewind, retry (outputs may repeat, nothing is lost).
+at_most_once
+    producer: acks=0, not idempotent, no retries; consumer: read_committed, auto-commit off;
+    offsets committed right after fetching, before processing; commit interval 1 s; on error:
+    the record is skipped (its offset is already committed).
 
 Consumers read committed data under every guarantee: there is no reason to process records of
 transactions that will abort.

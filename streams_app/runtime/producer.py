@@ -39,6 +39,8 @@ class StreamsProducer:
         self._client: ProducerClient | None = None
         self._in_transaction = False
         self._pending: list[asyncio.Future[RecordMetadataLike]] = []
+        # Agents and the dispatch loop may send concurrently; only one of them may begin.
+        self._begin_lock = asyncio.Lock()
         self.transactions_committed = 0
         self.transactions_aborted = 0
         self.recreated = 0
@@ -85,9 +87,12 @@ class StreamsProducer:
         await self.start()
 
     async def maybe_begin(self) -> None:
-        if self.exactly_once and not self._in_transaction:
-            await self.client.begin_transaction()
-            self._in_transaction = True
+        if not self.exactly_once or self._in_transaction:
+            return
+        async with self._begin_lock:
+            if not self._in_transaction:
+                await self.client.begin_transaction()
+                self._in_transaction = True
 
     async def send(
         self,

@@ -9,10 +9,11 @@ lock, so a commit, a revocation and an abort never interleave.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -215,10 +216,8 @@ class Worker:
         if self._producer is not None:
             await self._producer.stop()
         if self._admin is not None:
-            try:
+            with contextlib.suppress(Exception):
                 await self._admin.close()
-            except Exception:
-                pass
         for store in self.stores.values():
             store.close()
         if self.directory is not None:
@@ -242,10 +241,8 @@ class Worker:
                 delay = self._backoff_until - time.monotonic()
                 self._backoff_until = 0.0
                 if delay > 0:
-                    try:
+                    with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), delay)
-                    except TimeoutError:
-                        pass
                     continue
             if self.tasks.restoring():
                 await self._restore()
@@ -254,6 +251,9 @@ class Worker:
                 timeout_ms=poll_ms, max_records=conf.max_poll_records
             )
             async with self._lock:
+                if not batch and self.committer.due(interval, conf.commit_every):
+                    # Idle: a trailing transaction marker may have moved the position.
+                    await self._sync_positions(list(self.tasks.by_tp))
                 await self._step(batch, interval)
 
     async def _step(
@@ -265,9 +265,8 @@ class Worker:
                 if self.conf.processing_guarantee == AT_MOST_ONCE:
                     await committer.commit_offsets_before_processing(self._batch_offsets(batch))
                 await self._process(batch)
-            if committer.due(interval, self.conf.commit_every):
-                if await committer.commit():
-                    self.policy.succeeded()
+            if committer.due(interval, self.conf.commit_every) and await committer.commit():
+                self.policy.succeeded()
         except AgentFailed as failed:
             await self._on_agent_failure(failed.failure)
         except MIGRATED as exc:
@@ -301,6 +300,25 @@ class Worker:
             raise AgentFailed(Failure.of(actor.name, error, actor.failed_event))
         self.records_processed += processed
         self.committer.records_since_commit += processed
+        await self._sync_positions(batch)
+
+    async def _sync_positions(self, partitions: Iterable[TopicPartition]) -> None:
+        """Step the next-offset-to-commit over transaction markers (KAFKA-6607).
+
+        After the last record of a transaction at offset N the consumer's position is N+2, past
+        the commit marker. Committing N+1 would leave the committed offset forever one short of
+        the end offset; committing the position makes "committed == end" mean "all processed".
+        Safe because every record the consumer returned below the position has been processed.
+        """
+        by_tp = self.tasks.by_tp
+        for tp in partitions:
+            task = by_tp.get(tp)
+            if task is None or task.state != RUNNING:
+                continue
+            key = TopicPartition(tp[0], tp[1])
+            position = await self.consumer.position(key)
+            if position > task.offsets.get(key, position):
+                task.offsets[key] = position
 
     async def _dispatch(self, task: Task, tp: TopicPartition, records: Sequence[RecordLike]) -> int:
         topic = self.app.topics[tp.topic]
@@ -352,7 +370,8 @@ class Worker:
                     for forwarder in forwarders:
                         await forwarder.forward(event)
                 except Exception as exc:
-                    raise AgentFailed(Failure.of(f"group_by:{forwarder.target.name}", exc, event))
+                    name = f"group_by:{forwarder.target.name}"
+                    raise AgentFailed(Failure.of(name, exc, event)) from exc
                 finally:
                     current_event.reset(token)
             offsets[tp] = offset + 1
@@ -392,7 +411,13 @@ class Worker:
 
     async def _on_agent_failure(self, failure: Failure) -> None:
         decision = self.policy.decide(failure)
-        log.error("%s; policy %s -> %s", failure.describe(), self.conf.error_policy, decision.value)
+        log.error(
+            "%s; policy %s -> %s",
+            failure.describe(),
+            self.conf.error_policy,
+            decision.value,
+            exc_info=failure.error,
+        )
         if self.conf.processing_guarantee == AT_MOST_ONCE:
             # The offsets were committed before processing: the record is simply lost.
             await self.runner.restart()

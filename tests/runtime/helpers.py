@@ -1,0 +1,120 @@
+"""Running a worker inside the test's event loop, against the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from streams_app import App
+from streams_app.runtime.worker import Worker
+
+
+@contextlib.asynccontextmanager
+async def running_worker(app: App, state_dir: Path, **overrides: Any) -> AsyncIterator[Worker]:
+    worker = app.worker(state_dir=state_dir, **overrides)
+    task = asyncio.create_task(worker.run())
+    started = asyncio.create_task(worker.started.wait())
+    done, _ = await asyncio.wait({task, started}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        started.cancel()
+        task.result()  # raises the start error
+    if started not in done:
+        task.cancel()
+        raise TimeoutError("worker did not start within 60s")
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(task, 60)
+
+
+async def wait_until(predicate: Any, timeout: float = 60.0, interval: float = 0.05) -> None:
+    """Poll a condition on state Kafka offers no event for (e.g. a count of committed records)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if loop.time() > deadline:
+            raise TimeoutError("condition not met in time")
+        await asyncio.sleep(interval)
+
+
+async def produce_keyed(
+    bootstrap: str, topic: str, count: int, *, seed: int, keys: int = 200, start: int = 0
+) -> list[tuple[str, int]]:
+    """Write ``count`` keyed integers with an idempotent producer (acks=all), like the EOS test
+    generator. Returns what was sent, in order."""
+    import random
+
+    from aiokafka import AIOKafkaProducer
+
+    rng = random.Random(seed)
+    sent: list[tuple[str, int]] = []
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5
+    )
+    await producer.start()
+    try:
+        futures = []
+        for _ in range(count):
+            key, value = f"k{rng.randrange(keys)}", rng.randrange(10_000)
+            sent.append((key, value))
+            futures.append(await producer.send(topic, key=key.encode(), value=b"%d" % value))
+        await producer.flush()
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return sent
+
+
+class KafkaObserver:
+    """One long-lived consumer and admin client for polling offsets during a test."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        self.bootstrap = bootstrap
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, isolation_level="read_uncommitted"
+        )
+        self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+
+    async def __aenter__(self) -> KafkaObserver:
+        await self.consumer.start()
+        await self.admin.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.consumer.stop()
+        await self.admin.close()
+
+    async def partitions(self, topic: str) -> list[Any]:
+        from aiokafka import TopicPartition
+
+        parts = self.consumer.partitions_for_topic(topic)
+        if not parts:
+            await self.consumer._client.force_metadata_update()
+            parts = self.consumer.partitions_for_topic(topic) or set()
+        return [TopicPartition(topic, p) for p in sorted(parts)]
+
+    async def end_total(self, topic: str) -> int:
+        """Sum of a topic's high watermarks (open transactions included)."""
+        tps = await self.partitions(topic)
+        return sum((await self.consumer.end_offsets(tps)).values()) if tps else 0
+
+    async def committed_equals_end(self, group: str, topic: str) -> bool:
+        """Has the group committed every input record (committed offset == end offset)?"""
+        tps = await self.partitions(topic)
+        if not tps:
+            return False
+        ends = await self.consumer.end_offsets(tps)
+        committed = await self.admin.list_consumer_group_offsets(group, partitions=tps)
+        return all(tp in committed and committed[tp].offset == ends[tp] for tp in tps)

@@ -1,0 +1,57 @@
+"""The count topology end to end on the real broker, in-process: the smallest stateful check."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from streams_app import App
+from streams_app.readback import read_topics
+from tests.runtime.helpers import running_worker, wait_until
+
+
+def count_app(unique: str, bootstrap: str, **settings: object) -> App:
+    app = App(f"count-{unique}", broker=bootstrap, topic_partitions=3, **settings)
+    events = app.topic(f"in-{unique}", key_type=str, value_serializer="raw")
+    totals = app.topic(f"out-{unique}", key_type=str, value_type=int)
+    counts = app.Table("counts", default=int, key_type=str, value_type=int)
+
+    @app.agent(events)
+    async def count(stream):  # type: ignore[no-untyped-def]
+        async for key, _ in stream.items():
+            counts[key] += 1
+            await totals.send(key=key, value=counts[key])
+
+    return app
+
+
+async def test_counts_each_record_once(bootstrap_servers: str, unique: str, tmp_path: Path) -> None:
+    app = count_app(unique, bootstrap_servers)
+    keys = [f"k{i % 17}" for i in range(600)]
+    async with running_worker(app, tmp_path / "state") as worker:
+        async with app.producer() as producer:
+            for key in keys:
+                await producer.send(f"in-{unique}", key=key, value=b"x")
+
+        async def all_out() -> bool:
+            out = await read_topics(bootstrap_servers, [f"out-{unique}"])
+            return len(out[f"out-{unique}"]) >= len(keys)
+
+        await wait_until(all_out)
+        assert worker.producer.transactions_committed > 0
+
+    out = (await read_topics(bootstrap_servers, [f"out-{unique}"]))[f"out-{unique}"]
+    assert len(out) == len(keys)
+    expected = Counter(keys)
+    per_key: dict[str, list[int]] = {}
+    for record in out:
+        per_key.setdefault(record.key.decode(), []).append(json.loads(record.value))
+    for key, values in per_key.items():
+        assert values == list(range(1, expected[key] + 1)), key
+        assert record.header("src_offset") is not None
+    changelog = await read_topics(bootstrap_servers, [f"count-{unique}-counts-changelog"])
+    final = {
+        r.key.decode(): json.loads(r.value) for r in changelog[f"count-{unique}-counts-changelog"]
+    }
+    assert final == {k: v for k, v in expected.items()}

@@ -1,0 +1,148 @@
+"""Agent errors and poison records: nothing partial is ever visible and the policy is applied."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from streams_app import App, WorkerStopped
+from streams_app.readback import read_topics
+from streams_app.runtime.errors_policy import H_ERROR_TYPE, H_SOURCE_OFFSET, H_SOURCE_TOPIC
+from tests.runtime.helpers import running_worker, wait_until
+
+
+def failing_app(
+    unique: str, bootstrap: str, attempts: dict[int, int], fail_times: int, **settings: object
+) -> App:
+    """Echo + running sum per key; a value of 13 raises the first ``fail_times`` attempts."""
+    app = App(f"err-{unique}", broker=bootstrap, topic_partitions=2, retry_backoff=0.05, **settings)
+    source = app.topic(f"in-{unique}", key_type=str, value_type=int)
+    echo = app.topic(f"echo-{unique}", key_type=str, value_type=int)
+    sums = app.topic(f"sum-{unique}", key_type=str, value_type=int)
+    table = app.Table("sums", default=int, key_type=str, value_type=int)
+
+    @app.agent(source)
+    async def process(stream):  # type: ignore[no-untyped-def]
+        async for event in stream.events():
+            await echo.send(key=event.key, value=event.value)
+            table[event.key] += event.value  # written before the failure: must be undone
+            if event.value == 13:
+                attempts[event.offset] = attempts.get(event.offset, 0) + 1
+                if attempts[event.offset] <= fail_times:
+                    raise RuntimeError("refusing 13")
+            await sums.send(key=event.key, value=table[event.key])
+
+    return app
+
+
+async def feed(app: App, topic: str, records: list[tuple[str, object]], raw: bool = False) -> None:
+    async with app.producer() as producer:
+        for key, value in records:
+            if raw:
+                await producer.send(topic, key=key, value=None, partition=0)
+            await producer.send(topic, key=key, value=value, partition=0)
+
+
+RECORDS: list[tuple[str, object]] = [("a", 1), ("a", 2), ("a", 13), ("a", 4), ("b", 5)]
+
+
+async def outputs(bootstrap: str, unique: str) -> dict[str, list[tuple[str, int]]]:
+    names = {"echo": f"echo-{unique}", "sum": f"sum-{unique}"}
+    data = await read_topics(bootstrap, list(names.values()))
+    return {k: [(r.key.decode(), json.loads(r.value)) for r in data[v]] for k, v in names.items()}
+
+
+async def test_retry_policy_retries_the_failed_record_and_outputs_once(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    attempts: dict[int, int] = {}
+    app = failing_app(unique, bootstrap_servers, attempts, fail_times=2, error_policy="retry")
+    async with running_worker(app, tmp_path / "s") as worker:
+        await feed(app, f"in-{unique}", RECORDS)
+        await wait_until(
+            lambda: (
+                worker.committer.commits > 0
+                and worker.records_processed >= 5
+                and not worker.tasks.restoring()
+            )
+        )
+
+        async def done() -> bool:
+            return len((await outputs(bootstrap_servers, unique))["sum"]) >= 5
+
+        await wait_until(done)
+    out = await outputs(bootstrap_servers, unique)
+    assert attempts == {2: 3}  # failed twice, then succeeded
+    assert [v for _, v in out["echo"]] == [1, 2, 13, 4, 5]
+    assert out["sum"] == [("a", 1), ("a", 3), ("a", 16), ("a", 20), ("b", 5)]
+
+
+async def test_dlq_policy_dead_letters_the_record_once_and_goes_on(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    attempts: dict[int, int] = {}
+    app = failing_app(unique, bootstrap_servers, attempts, fail_times=99, error_policy="dlq")
+    async with running_worker(app, tmp_path / "s"):
+        await feed(app, f"in-{unique}", RECORDS)
+
+        async def done() -> bool:
+            return len((await outputs(bootstrap_servers, unique))["sum"]) >= 4
+
+        await wait_until(done)
+    out = await outputs(bootstrap_servers, unique)
+    # The failed record's echo and table update were aborted with its transaction.
+    assert [v for _, v in out["echo"]] == [1, 2, 4, 5]
+    assert out["sum"] == [("a", 1), ("a", 3), ("a", 7), ("b", 5)]
+    dlq = (await read_topics(bootstrap_servers, [f"in-{unique}.dlq"]))[f"in-{unique}.dlq"]
+    assert len(dlq) == 1
+    assert json.loads(dlq[0].value) == 13
+    assert dlq[0].header(H_ERROR_TYPE) == b"RuntimeError"
+    assert dlq[0].header(H_SOURCE_TOPIC) == f"in-{unique}".encode()
+    assert dlq[0].header(H_SOURCE_OFFSET) == b"2"
+    assert attempts == {2: 1}
+
+
+async def test_stop_policy_stops_the_worker_with_nothing_partial_visible(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    attempts: dict[int, int] = {}
+    app = failing_app(unique, bootstrap_servers, attempts, fail_times=99, error_policy="stop")
+    worker = app.worker(state_dir=tmp_path / "s")
+    run = asyncio.create_task(worker.run())
+    await worker.started.wait()
+    await feed(app, f"in-{unique}", RECORDS)
+    with pytest.raises(WorkerStopped, match=rf"in-{unique}\[0\]@2"):
+        await asyncio.wait_for(run, 60)
+    out = await outputs(bootstrap_servers, unique)
+    # Records before the failure may have committed; nothing of the failed one did.
+    assert 13 not in [v for _, v in out["echo"]]
+    assert all(v < 13 for _, v in out["sum"])
+
+
+async def test_undecodable_record_goes_to_the_dead_letter_topic_in_the_transaction(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    attempts: dict[int, int] = {}
+    app = failing_app(unique, bootstrap_servers, attempts, fail_times=0)
+    async with running_worker(app, tmp_path / "s"):
+        async with app.producer() as producer:
+            await producer.send(f"in-{unique}", key="a", value=1, partition=0)
+            # Not JSON: the int value type cannot decode it.
+            raw = app.topic("raw-view", value_serializer="raw")
+            raw.name = f"in-{unique}"
+            await producer.send(raw, key=None, value=b"\x00poison", partition=0)
+            await producer.send(f"in-{unique}", key="a", value=2, partition=0)
+
+        async def done() -> bool:
+            return len((await outputs(bootstrap_servers, unique))["sum"]) >= 2
+
+        await wait_until(done)
+    out = await outputs(bootstrap_servers, unique)
+    assert out["sum"] == [("a", 1), ("a", 3)]
+    dlq = (await read_topics(bootstrap_servers, [f"in-{unique}.dlq"]))[f"in-{unique}.dlq"]
+    assert [r.value for r in dlq] == [b"\x00poison"]
+    assert dlq[0].header(H_ERROR_TYPE) == b"DecodeError"
+    assert dlq[0].header(H_SOURCE_OFFSET) == b"1"
