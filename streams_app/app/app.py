@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streams_app.app.agent import Agent, AgentFun, Sink
@@ -15,6 +16,7 @@ from streams_app.codecs import Codec, CodecSpec
 from streams_app.transport.base import ProducerConfig, RecordMetadataLike, Transport
 
 if TYPE_CHECKING:
+    from streams_app.runtime.clock import Clock
     from streams_app.runtime.worker import Worker
 
 
@@ -30,6 +32,7 @@ class App:
         self.topics: dict[str, Topic] = {}
         self.agents: list[Agent] = []
         self.tables: dict[str, Table] = {}
+        self.timers: list[Timer] = []
 
     @property
     def id(self) -> str:
@@ -112,12 +115,31 @@ class App:
         self.tables[name] = table
         return table
 
+    def timer(
+        self, interval: float, *, name: str | None = None
+    ) -> Callable[[Callable[[], Awaitable[Any]]], Callable[[], Awaitable[Any]]]:
+        """Run ``async def f()`` every ``interval`` seconds in each worker, between batches.
+
+        Records it sends join the worker's transaction (they commit with the next commit); an
+        exception is handled like an agent error (abort, rewind, error policy).
+        """
+        if interval <= 0:
+            raise ValueError("timer interval must be positive")
+
+        def decorate(fun: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+            self.timers.append(Timer(name or fun.__name__, interval, fun))
+            return fun
+
+        return decorate
+
     # -- running --------------------------------------------------------------------------
 
-    def worker(self, *, transport: Transport | None = None, **overrides: Any) -> Worker:
+    def worker(
+        self, *, transport: Transport | None = None, clock: Clock | None = None, **overrides: Any
+    ) -> Worker:
         from streams_app.runtime.worker import Worker
 
-        return Worker(self, transport=transport, **overrides)
+        return Worker(self, transport=transport, clock=clock, **overrides)
 
     def transport(self) -> Transport:
         from streams_app.transport.kafka import KafkaTransport
@@ -143,6 +165,13 @@ class App:
 
     def __repr__(self) -> str:
         return f"<App {self.id}>"
+
+
+@dataclass(frozen=True)
+class Timer:
+    name: str
+    interval: float
+    fun: Callable[[], Awaitable[Any]]
 
 
 class StandaloneProducer:

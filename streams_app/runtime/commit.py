@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 
 from streams_app.app.settings import AT_LEAST_ONCE, AT_MOST_ONCE, EXACTLY_ONCE_V2
+from streams_app.runtime.clock import Clock
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.task import Task
 from streams_app.runtime.task_manager import TaskManager
@@ -68,8 +68,10 @@ class Committer:
         tasks: TaskManager,
         changelog_topic: Callable[[str], str],
         clear_inboxes: Callable[[], None],
+        clock: Clock,
     ) -> None:
         self.guarantee = guarantee
+        self.clock = clock
         self.producer = producer
         self.consumer = consumer
         self.tasks = tasks
@@ -78,16 +80,19 @@ class Committer:
         #: Group membership snapshotted at assignment (KIP-447); never read live.
         self.group: GroupMetadata | None = None
         self.commits = 0
-        self.last_commit = time.monotonic()
+        self.last_commit = clock.monotonic()
         self.records_since_commit = 0
 
     def due(self, interval: float, every: int) -> bool:
-        return self.records_since_commit >= every or time.monotonic() - self.last_commit >= interval
+        return (
+            self.records_since_commit >= every
+            or self.clock.monotonic() - self.last_commit >= interval
+        )
 
     async def commit(self) -> bool:
         """Commit all progress of all tasks; return whether anything was committed."""
         tasks = [t for t in self.tasks.running() if t.has_uncommitted]
-        self.last_commit = time.monotonic()
+        self.last_commit = self.clock.monotonic()
         self.records_since_commit = 0
         if not tasks and not self.producer.in_transaction:
             return False

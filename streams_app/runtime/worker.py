@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
@@ -23,6 +22,7 @@ from streams_app.codecs import DecodeError
 from streams_app.errors import WorkerStopped
 from streams_app.runtime import guarantees
 from streams_app.runtime.actor import AgentRunner
+from streams_app.runtime.clock import Clock, SystemClock
 from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN, Committer
 from streams_app.runtime.context import Event, current_event
 from streams_app.runtime.errors_policy import (
@@ -74,12 +74,21 @@ class Worker:
     ``overrides`` replace settings for this worker only (the CLI's ``--state-dir``, tests).
     """
 
-    def __init__(self, app: App, *, transport: Transport | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        transport: Transport | None = None,
+        clock: Clock | None = None,
+        **overrides: Any,
+    ) -> None:
         self.app = app
         conf = dataclasses.replace(app.conf, **overrides) if overrides else app.conf
         conf.validate()
         self.conf: Settings = conf
         self.transport: Transport = transport or app.transport()
+        self.clock: Clock = clock or SystemClock()
+        self._timer_due: dict[str, float] = {}
         self.runner = AgentRunner(app)
         self.policy = ErrorPolicy(conf)
         self.started = asyncio.Event()
@@ -189,7 +198,10 @@ class Worker:
             self._tasks,
             changelog_topic=lambda table: plan.changelog_topics[table],
             clear_inboxes=self.runner.clear_inboxes,
+            clock=self.clock,
         )
+        now = self.clock.monotonic()
+        self._timer_due = {t.name: now + t.interval for t in self.app.timers}
         self._consumer.subscribe(self.plan.input_topics, _RebalanceListener(self))
         self.started.set()
         log.info("worker %s started; inputs %s", conf.id, ", ".join(self.plan.input_topics))
@@ -238,11 +250,10 @@ class Worker:
         poll_ms = max(5, min(100, int(interval * 1000)))
         while not stop.is_set():
             if self._backoff_until:
-                delay = self._backoff_until - time.monotonic()
+                delay = self._backoff_until - self.clock.monotonic()
                 self._backoff_until = 0.0
                 if delay > 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), delay)
+                    await self._sleep_unless_stopped(delay)
                     continue
             if self.tasks.restoring():
                 await self._restore()
@@ -251,6 +262,8 @@ class Worker:
                 timeout_ms=poll_ms, max_records=conf.max_poll_records
             )
             async with self._lock:
+                if self._timer_due:
+                    await self._run_due_timers()
                 if not batch and self.committer.due(interval, conf.commit_every):
                     # Idle: a trailing transaction marker may have moved the position.
                     await self._sync_positions(list(self.tasks.by_tp))
@@ -279,6 +292,27 @@ class Worker:
             log.warning("transaction failed (%s): aborting and retrying", type(exc).__name__)
             await committer.abort(recreate_producer=True)
             await self.runner.restart()
+
+    async def _sleep_unless_stopped(self, seconds: float) -> None:
+        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
+        stopper = asyncio.ensure_future(self._stop_requested.wait())
+        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        for pending in (sleeper, stopper):
+            pending.cancel()
+
+    async def _run_due_timers(self) -> None:
+        """Run timers whose time has come; what they send joins the open transaction."""
+        now = self.clock.monotonic()
+        for timer in self.app.timers:
+            due = self._timer_due.get(timer.name)
+            if due is None or now < due:
+                continue
+            self._timer_due[timer.name] = now + timer.interval
+            try:
+                await timer.fun()
+            except Exception as exc:
+                await self._on_agent_failure(Failure.of(f"timer:{timer.name}", exc, None))
+                return
 
     def _batch_offsets(
         self, batch: Mapping[TopicPartition, Sequence[RecordLike]]
@@ -427,7 +461,7 @@ class Worker:
         if decision is Decision.STOP:
             raise WorkerStopped(failure.describe()) from failure.error
         if decision is Decision.RETRY:
-            self._backoff_until = time.monotonic() + self.policy.backoff(failure)
+            self._backoff_until = self.clock.monotonic() + self.policy.backoff(failure)
 
     async def _on_migrated(self, exc: BaseException) -> None:
         await self.committer.task_migrated(exc)

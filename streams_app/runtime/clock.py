@@ -1,0 +1,35 @@
+"""Time, as a seam: the worker never calls ``time`` or ``asyncio.sleep`` directly.
+
+Workers use :class:`SystemClock`. The test harness gives the worker a manual clock, so commit
+intervals, retry backoffs and timers run when a test advances time, not after real sleeps, and
+runs are deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (commit intervals, backoffs, timers)."""
+        ...
+
+    def time(self) -> float:
+        """Wall-clock seconds since the epoch (record timestamps)."""
+        ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
