@@ -122,9 +122,14 @@ class AgentRunner:
 
     async def wait_started(self, timeout: float) -> None:
         """Wait until every actor reached its first ``async for`` (group_by calls done)."""
-        waits = [a.input.wait_idle() for a in self.actors]
+
+        async def all_idle() -> None:
+            # An actor's input may change while we wait (group_by swaps it), so look again.
+            while busy := [a for a in self.actors if not a.input.idle]:
+                await asyncio.gather(*(a.input.wait_idle() for a in busy))
+
         try:
-            await asyncio.wait_for(asyncio.gather(*waits), timeout)
+            await asyncio.wait_for(all_idle(), timeout)
         except TimeoutError:
             stuck = [a.name for a in self.actors if not a.input.idle]
             raise RuntimeError(
@@ -176,6 +181,7 @@ class AgentRunner:
                 self.routes.pop(source.name, None)
         regrouped = Stream(actor, topic_name)
         actor.input = regrouped
+        stream.mark_idle()  # the source stream is fed no more: nothing will ever be pending
         self._route(topic_name, actor)
         return regrouped
 

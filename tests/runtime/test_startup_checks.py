@@ -1,0 +1,82 @@
+"""A worker that cannot run correctly refuses to start, and says why and how to fix it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streams_app import App, BrokerUnavailable, ConfigError, TopologyError
+from streams_app.broker import free_port
+from tests.runtime.helpers import running_worker
+
+
+def simple_app(app_id: str, bootstrap: str, **settings: object) -> App:
+    app = App(app_id, broker=bootstrap, **settings)
+    source = app.topic(f"{app_id}-in", key_type=str, value_type=int)
+
+    @app.agent(source)
+    async def consume(stream):  # type: ignore[no-untyped-def]
+        async for _ in stream:
+            pass
+
+    return app
+
+
+async def test_unreachable_broker_is_named_with_its_address(tmp_path: Path) -> None:
+    port = free_port()
+    app = simple_app("nobroker", f"kafka://127.0.0.1:{port}")
+    with pytest.raises(BrokerUnavailable, match=f"127.0.0.1:{port}"):
+        await app.worker(state_dir=tmp_path).run()
+
+
+async def test_topic_that_cannot_be_created_stops_the_worker(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    # Three replicas on a one-broker cluster: the broker refuses to create the topic.
+    app = simple_app(f"norepl-{unique}", bootstrap_servers, topic_replication_factor=3)
+    with pytest.raises(TopologyError, match=f"norepl-{unique}-in"):
+        await app.worker(state_dir=tmp_path).run()
+
+
+async def test_tables_must_be_co_partitioned_with_their_topics(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    app = simple_app(f"copart-{unique}", bootstrap_servers, topic_partitions=4)
+    app.Table("totals", default=int, partitions=5)
+    with pytest.raises(TopologyError, match="co-partitioned"):
+        await app.worker(state_dir=tmp_path).run()
+
+
+async def test_existing_topic_with_other_partition_count_is_refused(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    first = simple_app(f"parts-{unique}", bootstrap_servers, topic_partitions=2)
+    async with running_worker(first, tmp_path / "a"):
+        pass
+    second = App(f"parts2-{unique}", broker=bootstrap_servers)
+    topic = second.topic(f"parts-{unique}-in", partitions=6)
+
+    @second.agent(topic)
+    async def consume(stream):  # type: ignore[no-untyped-def]
+        async for _ in stream:
+            pass
+
+    with pytest.raises(TopologyError, match="exists with 2 partitions"):
+        await second.worker(state_dir=tmp_path / "b").run()
+
+
+async def test_two_workers_cannot_share_a_state_directory(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    app = simple_app(f"lock-{unique}", bootstrap_servers)
+    async with running_worker(app, tmp_path):
+        with pytest.raises(ConfigError) as info:
+            await app.worker(state_dir=tmp_path).run()
+    assert info.value.setting == "state_dir"
+
+
+def test_transaction_timeout_below_commit_interval_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        App("t", commit_interval=20, transaction_timeout=10)
+    assert info.value.setting == "transaction_timeout"
