@@ -92,7 +92,8 @@ async def _demo(tmp: Path, n_orders: int, seed: int) -> int:
 
         app.conf.broker = kafka.bootstrap_servers
         rng = random.Random(seed)
-        stock_in = {item: rng.randrange(200, 400) for item in ITEMS}
+        per_item = 2 * n_orders // len(ITEMS)  # about what the orders will take
+        stock_in = {item: rng.randrange(per_item * 3 // 4, per_item * 5 // 4) for item in ITEMS}
         order_list = [
             Order(
                 order_id=f"o-{i}",

@@ -60,6 +60,8 @@ current_worker: ContextVar[Worker | None] = ContextVar("streams_app_worker", def
 H_SRC_TOPIC = "src_topic"
 H_SRC_PARTITION = "src_partition"
 H_SRC_OFFSET = "src_offset"
+H_TXN_ID = "txn_id"
+H_GENERATION = "generation"
 
 
 class AgentFailed(Exception):
@@ -324,8 +326,13 @@ class Worker:
         processed = 0
         for tp, records in batch.items():
             task = by_tp.get(tp)
-            if task is None or task.state != RUNNING or not records:
-                continue  # revoked, or not restored yet: the records come again later
+            if task is None or not records:
+                continue  # revoked: the new owner processes them
+            if task.state != RUNNING:
+                # Not restored yet (its partitions should be paused): fetch these again later.
+                key = TopicPartition(tp[0], tp[1])
+                self.consumer.seek(key, task.offsets.get(key, records[0].offset))
+                continue
             processed += await self._dispatch(task, TopicPartition(tp[0], tp[1]), records)
         await self.runner.wait_idle()
         for actor in self.runner.failed():
@@ -506,6 +513,10 @@ class Worker:
                 out.append((H_SRC_TOPIC, event.topic.encode()))
                 out.append((H_SRC_PARTITION, b"%d" % event.partition))
                 out.append((H_SRC_OFFSET, b"%d" % event.offset))
+        if self.conf.transaction_headers:
+            group = self._committer.group if self._committer is not None else None
+            out.append((H_TXN_ID, (self.producer.transactional_id or "").encode()))
+            out.append((H_GENERATION, b"%d" % (group.generation_id if group else -1)))
         return await self.producer.send(
             topic.name,
             key=raw_key,
