@@ -82,10 +82,13 @@ class Committer:
         self.commits = 0
         self.last_commit = clock.monotonic()
         self.records_since_commit = 0
+        #: A commit was asked for (``Worker.request_commit``): due whatever the interval.
+        self.requested = False
 
     def due(self, interval: float, every: int) -> bool:
         return (
-            self.records_since_commit >= every
+            self.requested
+            or self.records_since_commit >= every
             or self.clock.monotonic() - self.last_commit >= interval
         )
 
@@ -94,6 +97,7 @@ class Committer:
         tasks = [t for t in self.tasks.running() if t.has_uncommitted]
         self.last_commit = self.clock.monotonic()
         self.records_since_commit = 0
+        self.requested = False
         if not tasks and not self.producer.in_transaction:
             return False
 
