@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from streams_app.cli import broker, demo, send, worker
+from streams_app.cli import broker, demo, pipeline, send, worker
 from streams_app.errors import StreamsAppError
 
 
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_parser(sub, parents)
     broker.add_parser(sub, parents)
     demo.add_parser(sub, parents)
+    pipeline.add_parser(sub, parents)
     return parser
 
 
