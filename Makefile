@@ -44,8 +44,8 @@ pipeline: setup
 	$(BIN)/streams-app pipeline $(PIPELINE_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check streams_app topologies tests
-	$(BIN)/ruff format --check streams_app topologies tests
+	$(BIN)/ruff check streams_app topologies tests benchmarks
+	$(BIN)/ruff format --check streams_app topologies tests benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

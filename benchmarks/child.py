@@ -1,0 +1,229 @@
+"""One benchmark run in its own process: ``python -m benchmarks.child SYSTEM [options]``.
+
+The parent (:mod:`benchmarks.run`) starts this process, reads ``FIRST <unix time>`` from its
+stdout when the first input record has been fetched, and polls the group's committed offsets
+until they reach the input's end offsets. Then it sends SIGTERM; the child stops cleanly and
+prints one ``STATS <json>`` line.
+
+Systems:
+
+``streams_app``
+    ``topologies/count.py`` unchanged, configured through ``STREAMS_APP_*`` variables (app id =
+    the group, the broker, the guarantee, anything passed with ``--set``).
+``aiokafka``
+    The ceiling: a bare aiokafka consume -> transactional produce loop. Each transaction holds
+    every record fetched during one commit interval, forwarded unchanged, and the offsets
+    (``send_offsets_to_transaction``); no state, no decoding.
+``faust``
+    faust-streaming's ``exactly_once`` on the same count topology (see ``faust_count.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+INPUT_TOPIC = "count-input"
+OUTPUT_TOPIC = "count-output"
+CEILING_OUTPUT_TOPIC = "ceiling-output"
+
+
+class FirstRecord:
+    """Prints ``FIRST <time>`` once, when the first input record arrives."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def __call__(self) -> None:
+        if not self.seen:
+            self.seen = True
+            print(f"FIRST {time.time():.6f}", flush=True)
+
+
+def _stop_event() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+# -- streams_app -------------------------------------------------------------------------
+
+
+async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
+    os.environ["STREAMS_APP_ID"] = args.group
+    os.environ["STREAMS_APP_BROKER"] = args.bootstrap
+    os.environ["STREAMS_APP_PROCESSING_GUARANTEE"] = args.guarantee
+    if args.commit_interval is not None:
+        os.environ["STREAMS_APP_COMMIT_INTERVAL"] = str(args.commit_interval)
+    for item in args.set:
+        name, _, value = item.partition("=")
+        os.environ["STREAMS_APP_" + name.upper()] = value
+
+    # Stamp the first fetched input record without touching the runtime or the topology.
+    from streams_app.transport.kafka import KafkaConsumerClient
+
+    first = FirstRecord()
+    getmany = KafkaConsumerClient.getmany
+
+    async def stamped(self: KafkaConsumerClient, timeout_ms: int, max_records: int | None = None):  # type: ignore[no-untyped-def]
+        batch = await getmany(self, timeout_ms, max_records)
+        if not first.seen and self._config.group_id is not None and any(batch.values()):
+            first()
+        return batch
+
+    KafkaConsumerClient.getmany = stamped  # type: ignore[method-assign]
+
+    from topologies.count import app
+
+    worker = app.worker(state_dir=Path(args.state_dir))
+    stop = _stop_event()
+    stopper = asyncio.create_task(_stop_on(stop, worker.request_stop))
+    try:
+        await worker.run()
+    finally:
+        stopper.cancel()
+    return {
+        "records_processed": worker.records_processed,
+        "commits": worker.committer.commits if worker._committer else None,
+        "transactions": worker.producer.transactions_committed if worker._producer else None,
+    }
+
+
+async def _stop_on(event: asyncio.Event, action: Callable[[], None]) -> None:
+    await event.wait()
+    action()
+
+
+# -- the bare aiokafka ceiling -------------------------------------------------------------
+
+
+async def run_aiokafka(args: argparse.Namespace) -> dict[str, Any]:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition
+
+    interval = args.commit_interval if args.commit_interval is not None else 0.1
+    consumer = AIOKafkaConsumer(
+        INPUT_TOPIC,
+        bootstrap_servers=args.bootstrap,
+        group_id=args.group,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=args.max_poll_records,
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=args.bootstrap,
+        transactional_id=f"{args.group}-txn",
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=5,
+        max_batch_size=256 * 1024,
+    )
+    await producer.start()
+    await consumer.start()
+    stop = _stop_event()
+    first = FirstRecord()
+    records = transactions = 0
+    offsets: dict[TopicPartition, int] = {}
+    in_txn = False
+    last_commit = time.monotonic()
+    try:
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout_ms=int(interval * 1000))
+            if batch:
+                first()
+                if not in_txn:
+                    await producer.begin_transaction()
+                    in_txn = True
+                send = producer.send
+                for tp, msgs in batch.items():
+                    for msg in msgs:
+                        await send(
+                            CEILING_OUTPUT_TOPIC,
+                            key=msg.key,
+                            value=msg.value,
+                            partition=tp.partition,
+                        )
+                    offsets[tp] = msgs[-1].offset + 1
+                    records += len(msgs)
+            if in_txn and time.monotonic() - last_commit >= interval:
+                await producer.send_offsets_to_transaction(offsets, args.group)
+                await producer.commit_transaction()
+                in_txn = False
+                offsets = {}
+                transactions += 1
+                last_commit = time.monotonic()
+        if in_txn:
+            await producer.send_offsets_to_transaction(offsets, args.group)
+            await producer.commit_transaction()
+            transactions += 1
+    finally:
+        await consumer.stop()
+        await producer.stop()
+    return {"records_processed": records, "transactions": transactions}
+
+
+# -- faust-streaming -----------------------------------------------------------------------
+
+
+async def run_faust(args: argparse.Namespace) -> dict[str, Any]:  # pragma: no cover - optional
+    from benchmarks.faust_count import run
+
+    return await run(args, FirstRecord())
+
+
+SYSTEMS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
+    "streams_app": run_streams_app,
+    "aiokafka": run_aiokafka,
+    "faust": run_faust,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("system", choices=sorted(SYSTEMS))
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--guarantee", default="exactly_once_v2")
+    parser.add_argument("--commit-interval", type=float, default=None)
+    parser.add_argument("--max-poll-records", type=int, default=2000)
+    parser.add_argument("--state-dir", default="bench-state")
+    parser.add_argument("--set", action="append", default=[], help="streams_app NAME=VALUE")
+    parser.add_argument("--profile", help="write a pyinstrument profile to PATH(.txt/.html)")
+    args = parser.parse_args(argv)
+    run = SYSTEMS[args.system]
+
+    profiler: Any = None
+    if args.profile:
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.001, async_mode="disabled")
+        profiler.start()
+    try:
+        stats = asyncio.run(run(args))
+    finally:
+        if profiler is not None:
+            profiler.stop()
+            path = Path(args.profile)
+            path.with_suffix(".txt").write_text(
+                profiler.output_text(unicode=True, show_all=False, timeline=False)
+            )
+            with contextlib.suppress(Exception):
+                path.with_suffix(".html").write_text(profiler.output_html())
+    print("STATS " + json.dumps(stats), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
