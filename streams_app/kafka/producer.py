@@ -172,6 +172,8 @@ class TransactionalProducer(AIOKafkaProducer):  # type: ignore[misc]
     _txn_manager: Any
     _sender: Any
     _message_accumulator: Any
+    _metadata: Any
+    _partitioner: Any
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -182,6 +184,9 @@ class TransactionalProducer(AIOKafkaProducer):  # type: ignore[misc]
         self._sends_in_progress = 0
         self._sends_idle = asyncio.Event()
         self._sends_idle.set()
+        # topic -> (its partitions, sorted; key -> partition): see choose_partition.
+        self._topic_partitions: dict[str, tuple[frozenset[int], list[int], dict[bytes, int]]] = {}
+        self._metadata.add_listener(self._metadata_updated)
         old = self._txn_manager
         if old is None or old.transactional_id is None:
             return
@@ -251,6 +256,42 @@ class TransactionalProducer(AIOKafkaProducer):  # type: ignore[misc]
         if is_fencing_error(cause):
             raise aerrors.ProducerFenced() from cause
         raise ProducerUnusableError(f"the producer is unusable: {cause!r}") from cause
+
+    # -- partitioning --------------------------------------------------------------------------
+
+    #: Keys remembered per topic by :meth:`choose_partition` (murmur2 is pure Python in aiokafka).
+    KEY_CACHE_SIZE = 100_000
+
+    def choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int | None:
+        """Where a record goes, as ``send`` would decide; None while the topic's metadata is
+        unknown. An explicit ``partition`` is checked (ValueError if the topic lacks it); a
+        keyed record goes where aiokafka's default partitioner (Java's murmur2) puts it, and
+        the answer is remembered until the next metadata update."""
+        entry = self._topic_partitions.get(topic)
+        if entry is None:
+            partitions = self._metadata.partitions_for_topic(topic)
+            if not partitions:
+                return None
+            entry = (frozenset(partitions), sorted(partitions), {})
+            self._topic_partitions[topic] = entry
+        valid, ordered, by_key = entry
+        if partition is not None:
+            if partition not in valid:
+                raise ValueError(f"topic {topic!r} has no partition {partition}")
+            return partition
+        if key is None:
+            available = list(self._metadata.available_partitions_for_topic(topic))
+            return int(self._partitioner(None, ordered, available))
+        chosen = by_key.get(key)
+        if chosen is None:
+            chosen = int(self._partitioner(key, ordered, ordered))
+            if len(by_key) >= self.KEY_CACHE_SIZE:
+                by_key.clear()
+            by_key[key] = chosen
+        return chosen
+
+    def _metadata_updated(self, _cluster: Any) -> None:
+        self._topic_partitions.clear()  # partition counts may have changed
 
     # -- sends -------------------------------------------------------------------------------
 

@@ -127,11 +127,9 @@ class Committer:
             if not tx.dirty:
                 continue
             topic = self._changelog_topic(table_name)
-            future = None
-            for key, value in tx.prepare().items():
-                future = await self.producer.send(
-                    topic, key=key, value=value, partition=task.id.partition
-                )
+            future = await self.producer.send_records(
+                topic, task.id.partition, list(tx.prepare().items())
+            )
             if future is not None:
                 task.changelog_last[table_name] = future
 

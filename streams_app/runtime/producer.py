@@ -10,19 +10,35 @@ ends at the next commit. Two rules are enforced here rather than trusted to the 
 - **A broken producer is replaced, never reused.** After a fatal error (fenced, sequence gap,
   unknown producer id) a new producer is created with the same transactional.id; its
   InitProducerId bumps the epoch and aborts anything the old one left open.
+
+**Batching.** Sending record by record through aiokafka costs two coroutines, a partitioner
+call, a future and a metadata object per record, plus one future per record for the send gate
+to check: at tens of thousands of records per second that is most of a worker's time. With a
+transport that takes whole batches (:class:`~streams_app.transport.base.BatchingProducerClient`)
+records are appended to an in-memory batch per partition instead (a C call), and a batch is
+handed to the client when it is full, when ``linger_ms`` has passed since it was opened (the
+timer only fires once the agents yield, i.e. after they worked through their inbox), or when
+the commit flushes. One task ships the batches in order, so a partition's records keep their
+order. The send gate then checks one future per batch. Records larger than half a batch take
+the record-by-record path (aiokafka checks their size there, and raises to the agent).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
+from collections import deque
 from collections.abc import Mapping, Sequence
 
 from streams_app.transport.base import (
+    AppendedRecord,
+    BatchingProducerClient,
     GroupMetadata,
     ProducerClient,
     ProducerConfig,
+    RecordBatch,
     RecordMetadataLike,
     TopicPartition,
     Transport,
@@ -32,6 +48,70 @@ from streams_app.transport.errors import SendFailedError, TransportError
 log = logging.getLogger(__name__)
 
 
+_NO_HEADERS: list[tuple[str, bytes]] = []
+
+
+class SentRecord:
+    """Where a record sent through a batch landed (what its send future resolves to)."""
+
+    __slots__ = ("offset", "partition", "timestamp", "topic")
+
+    def __init__(self, topic: str, partition: int, offset: int, timestamp: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp = timestamp
+
+    def __repr__(self) -> str:
+        return f"SentRecord({self.topic!r}, {self.partition}, offset={self.offset})"
+
+
+class _Batch:
+    """An open batch for one partition, and the futures of the records in it."""
+
+    __slots__ = ("builder", "futures", "partition", "topic")
+
+    def __init__(self, topic: str, partition: int, builder: RecordBatch) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.builder = builder
+        self.futures: list[tuple[asyncio.Future[RecordMetadataLike], AppendedRecord]] = []
+
+    def resolve(self, done: asyncio.Future[RecordMetadataLike]) -> None:
+        """The batch was acknowledged (or failed): settle its records' futures."""
+        futures = self.futures
+        if done.cancelled():
+            for future, _ in futures:
+                future.cancel()
+            return
+        exc = done.exception()
+        if exc is not None:
+            _fail(futures, exc)
+            return
+        first = done.result()
+        if first is None:  # acks=0: no offsets
+            for future, _ in futures:
+                if not future.done():
+                    future.set_result(None)
+            return
+        base = first.offset
+        log_time = getattr(first, "timestamp", -1)
+        topic, partition = self.topic, self.partition
+        for future, appended in futures:
+            if not future.done():
+                stamp = appended.timestamp if log_time == -1 else log_time
+                future.set_result(SentRecord(topic, partition, base + appended.offset, stamp))
+
+
+def _fail(
+    futures: list[tuple[asyncio.Future[RecordMetadataLike], AppendedRecord]], exc: BaseException
+) -> None:
+    for future, _ in futures:
+        if not future.done():
+            future.set_exception(copy.copy(exc))
+            future.exception()  # retrieved: the send gate reports it, not the GC
+
+
 class StreamsProducer:
     def __init__(self, transport: Transport, config: ProducerConfig) -> None:
         self._transport = transport
@@ -39,6 +119,15 @@ class StreamsProducer:
         self._client: ProducerClient | None = None
         self._in_transaction = False
         self._pending: list[asyncio.Future[RecordMetadataLike]] = []
+        # The batch path (see the module doc); _batcher is None with transports that lack it.
+        self._batcher: BatchingProducerClient | None = None
+        self._open: dict[tuple[str, int], _Batch] = {}
+        self._queue: deque[_Batch] = deque()
+        self._shipper: asyncio.Task[None] | None = None
+        self._ship_errors: list[BaseException] = []
+        self._linger_handle: asyncio.TimerHandle | None = None
+        self._linger_s = max(0.0, config.linger_ms / 1000)
+        self._direct_bytes = max(1024, config.max_batch_size // 2)
         # Agents and the dispatch loop may send concurrently; only one of them may begin.
         self._begin_lock = asyncio.Lock()
         self.transactions_committed = 0
@@ -71,9 +160,12 @@ class StreamsProducer:
         client = self._transport.producer(self._config)
         await client.start()
         self._client = client
+        self._batcher = client if isinstance(client, BatchingProducerClient) else None
 
     async def stop(self) -> None:
+        await self._drop_batches()
         client, self._client = self._client, None
+        self._batcher = None
         self._pending.clear()
         self._in_transaction = False
         if client is not None:
@@ -106,6 +198,22 @@ class StreamsProducer:
     ) -> asyncio.Future[RecordMetadataLike]:
         if self.exactly_once and not self._in_transaction:
             await self.maybe_begin()
+        batcher = self._batcher
+        if batcher is not None and (value is None or len(value) <= self._direct_bytes):
+            chosen = batcher.choose_partition(topic, key, partition)
+            if chosen is None:
+                await batcher.wait_for_topic(topic)
+                chosen = batcher.choose_partition(topic, key, partition)
+            if chosen is not None:
+                future: asyncio.Future[RecordMetadataLike] = (
+                    asyncio.get_running_loop().create_future()
+                )
+                self._append(topic, chosen, key, value, headers, timestamp_ms, future)
+                if len(self._queue) > self.MAX_QUEUED_BATCHES:
+                    await self._wait_shipped()  # back-pressure
+                return future
+        if self._open or (self._shipper is not None and not self._shipper.done()):
+            await self._wait_shipped()  # keep the partition's order: buffered records first
         future = await self.client.send(
             topic,
             key=key,
@@ -117,8 +225,152 @@ class StreamsProducer:
         self._pending.append(future)
         return future
 
+    async def send_records(
+        self, topic: str, partition: int, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> asyncio.Future[RecordMetadataLike] | None:
+        """Send keyed records to one partition (the changelog at commit); return the future of
+        the last one (None if there were none). No per-record future is made for the others."""
+        if not records:
+            return None
+        batcher = self._batcher
+        if batcher is None or any(
+            v is not None and len(v) > self._direct_bytes for _, v in records
+        ):
+            future = None
+            for key, value in records:
+                future = await self.send(topic, key=key, value=value, partition=partition)
+            return future
+        if self.exactly_once and not self._in_transaction:
+            await self.maybe_begin()
+        if batcher.choose_partition(topic, None, partition) is None:
+            await batcher.wait_for_topic(topic)
+            batcher.choose_partition(topic, None, partition)  # checks the partition exists
+        last = len(records) - 1
+        future = asyncio.get_running_loop().create_future()
+        append = self._append
+        for i, (key, value) in enumerate(records):
+            append(topic, partition, key, value, None, None, future if i == last else None)
+        if len(self._queue) > self.MAX_QUEUED_BATCHES:
+            await self._wait_shipped()
+        return future
+
+    # -- the batch path -------------------------------------------------------------------
+
+    #: Closed batches waiting for the shipper beyond which ``send`` waits (back-pressure).
+    MAX_QUEUED_BATCHES = 64
+
+    def _append(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | None,
+        timestamp_ms: int | None,
+        future: asyncio.Future[RecordMetadataLike] | None,
+    ) -> None:
+        tp = (topic, partition)
+        batch = self._open.get(tp)
+        if batch is None:
+            batch = self._open_batch(topic, partition)
+        # aiokafka's C builder takes a list, and only reads it.
+        if not headers:
+            headers = _NO_HEADERS
+        elif type(headers) is not list:
+            headers = list(headers)
+        appended = batch.builder.append(
+            timestamp=timestamp_ms, key=key, value=value, headers=headers
+        )
+        if appended is None:  # full: ship it, start the next one (the first record always fits)
+            self._enqueue(self._open.pop(tp))
+            batch = self._open_batch(topic, partition)
+            appended = batch.builder.append(
+                timestamp=timestamp_ms, key=key, value=value, headers=headers
+            )
+            assert appended is not None
+        if future is not None:
+            batch.futures.append((future, appended))
+
+    def _open_batch(self, topic: str, partition: int) -> _Batch:
+        assert self._batcher is not None
+        batch = self._open[(topic, partition)] = _Batch(
+            topic, partition, self._batcher.create_batch()
+        )
+        if self._linger_handle is None:
+            self._linger_handle = asyncio.get_running_loop().call_later(
+                self._linger_s, self._lingered
+            )
+        return batch
+
+    def _lingered(self) -> None:
+        self._linger_handle = None
+        self._enqueue_open()
+
+    def _enqueue_open(self) -> None:
+        if self._linger_handle is not None:
+            self._linger_handle.cancel()
+            self._linger_handle = None
+        if self._open:
+            for batch in self._open.values():
+                self._enqueue(batch)
+            self._open.clear()
+
+    def _enqueue(self, batch: _Batch) -> None:
+        batch.builder.close()
+        self._queue.append(batch)
+        if self._shipper is None or self._shipper.done():
+            self._shipper = asyncio.get_running_loop().create_task(self._ship())
+
+    async def _ship(self) -> None:
+        """Hand queued batches to the client, in order (one task: per-partition order holds)."""
+        queue = self._queue
+        while queue:
+            batch = queue.popleft()
+            assert self._batcher is not None
+            try:
+                future = await self._batcher.send_batch(batch.builder, batch.topic, batch.partition)
+            except Exception as exc:  # the send gate raises it at the commit
+                self._ship_errors.append(exc)
+                _fail(batch.futures, exc)
+                continue
+            self._pending.append(future)
+            if batch.futures:
+                future.add_done_callback(batch.resolve)
+
+    async def _wait_shipped(self) -> None:
+        """Ship every open batch and wait until the client has them all."""
+        self._enqueue_open()
+        while self._shipper is not None and not self._shipper.done():
+            await asyncio.wait((self._shipper,))
+
+    async def _drop_batches(self) -> None:
+        """Forget buffered and queued records (abort, stop); their futures are cancelled."""
+        if self._linger_handle is not None:
+            self._linger_handle.cancel()
+            self._linger_handle = None
+        dropped = list(self._open.values()) + list(self._queue)
+        self._open.clear()
+        self._queue.clear()
+        shipper, self._shipper = self._shipper, None
+        if shipper is not None and not shipper.done():
+            shipper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await shipper
+        self._ship_errors.clear()
+        for batch in dropped:
+            for future, _ in batch.futures:
+                future.cancel()
+
     async def flush_and_check(self) -> None:
         """Wait until every record of this commit is acknowledged; raise if any failed."""
+        await self._wait_shipped()
+        if self._ship_errors:
+            errors, self._ship_errors = self._ship_errors, []
+            self._pending.clear()
+            first = errors[0]
+            if isinstance(first, TransportError):
+                raise first
+            raise SendFailedError(f"a batch could not be sent: {type(first).__name__}: {first}")
         if not self._pending:
             return
         await self.client.flush()
@@ -155,6 +407,7 @@ class StreamsProducer:
 
     async def abort(self) -> None:
         """Abort the open transaction; if the producer cannot, replace it (which aborts too)."""
+        await self._drop_batches()
         self._pending.clear()
         if not self.exactly_once or not self._in_transaction:
             return

@@ -199,6 +199,61 @@ class ProducerClient(Protocol):
     async def flush(self) -> None: ...
 
 
+class AppendedRecord(Protocol):
+    """What appending a record to a batch reports: its offset within the batch."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def timestamp(self) -> int: ...
+
+
+class RecordBatch(Protocol):
+    """Records for one partition, built in memory and enqueued whole (aiokafka's BatchBuilder)."""
+
+    def append(
+        self,
+        *,
+        timestamp: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] = ...,
+    ) -> AppendedRecord | None:
+        """Add a record; None when the batch is full (the first record always fits)."""
+        ...
+
+    def close(self) -> None: ...
+
+    def record_count(self) -> int: ...
+
+
+@runtime_checkable
+class BatchingProducerClient(ProducerClient, Protocol):
+    """A producer that also takes whole batches: the runtime's fast path, optional.
+
+    Enqueuing a batch costs one call and one future instead of one per record; the runtime
+    falls back to :meth:`ProducerClient.send` with transports that lack it.
+    """
+
+    def create_batch(self) -> RecordBatch: ...
+
+    async def send_batch(
+        self, batch: RecordBatch, topic: str, partition: int
+    ) -> asyncio.Future[RecordMetadataLike]:
+        """Enqueue a closed batch; the future resolves with its *first* record's metadata."""
+        ...
+
+    def choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int | None:
+        """The partition a record goes to (``partition``, checked, or the default partitioner's
+        choice for ``key``); None while the topic's metadata is not known yet."""
+        ...
+
+    async def wait_for_topic(self, topic: str) -> None:
+        """Fetch the topic's metadata (raises if the topic does not exist)."""
+        ...
+
+
 class AdminClient(Protocol):
     async def start(self) -> None: ...
 

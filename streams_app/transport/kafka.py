@@ -50,6 +50,7 @@ from streams_app.transport.base import (
     GroupMetadata,
     ProducerConfig,
     RebalanceListener,
+    RecordBatch,
     RecordLike,
     RecordMetadataLike,
     TopicPartition,
@@ -480,15 +481,53 @@ class KafkaProducerClient:
         except aerrors.IllegalOperation as exc:
             raise TransportError(str(exc)) from exc
         except aerrors.KafkaError as exc:
-            mapped = self._translate(exc)
-            if not isinstance(mapped, ProducerFencedError | FatalProducerError):
-                mapped = SendFailedError(f"send to topic {topic!r} failed: {exc!r}")
-            raise mapped from exc
+            raise self._send_failed(topic, exc) from exc
+        return self._sent(fut)
+
+    def _send_failed(self, topic: str, exc: aerrors.KafkaError) -> BaseException:
+        mapped = self._translate(exc)
+        if not isinstance(mapped, ProducerFencedError | FatalProducerError):
+            mapped = SendFailedError(f"send to topic {topic!r} failed: {exc!r}")
+        return mapped
+
+    def _sent(self, fut: asyncio.Future[RecordMetadataLike]) -> asyncio.Future[RecordMetadataLike]:
         if not self.transactional:
             self._unflushed.append(fut)
             if len(self._unflushed) >= self._PRUNE_AT:
                 self._unflushed = [f for f in self._unflushed if not f.done() or _failed(f)]
         return fut
+
+    # -- the batch path (BatchingProducerClient) ------------------------------------------
+
+    def create_batch(self) -> RecordBatch:
+        batch: RecordBatch = self._p.create_batch()
+        return batch
+
+    async def send_batch(
+        self, batch: RecordBatch, topic: str, partition: int
+    ) -> asyncio.Future[RecordMetadataLike]:
+        """Enqueue a closed batch; the future resolves with its first record's metadata."""
+        try:
+            fut: asyncio.Future[RecordMetadataLike] = await self._p.send_batch(
+                batch, topic, partition=partition
+            )
+        except aerrors.IllegalOperation as exc:
+            raise TransportError(str(exc)) from exc
+        except aerrors.KafkaError as exc:
+            raise self._send_failed(topic, exc) from exc
+        return self._sent(fut)
+
+    def choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int | None:
+        try:
+            return self._p.choose_partition(topic, key, partition)
+        except ValueError as exc:
+            raise TransportError(str(exc)) from exc
+
+    async def wait_for_topic(self, topic: str) -> None:
+        try:
+            await self._p.partitions_for(topic)
+        except aerrors.KafkaError as exc:
+            raise TransportError(f"no metadata for topic {topic!r}: {exc!r}") from exc
 
     async def flush(self) -> None:
         """Wait for every send so far; raise :class:`SendFailedError` if any failed.
