@@ -58,6 +58,10 @@ class Settings:
     dead_letter_topic: str = "{topic}.dlq"
     #: Add src_topic / src_partition / src_offset headers to every record sent while processing.
     lineage_headers: bool = True
+    #: Add txn_id / generation headers (the worker's transactional id, and the consumer-group
+    #: generation its offsets commit under) to every record sent while processing, so an audit
+    #: (the chaos verifier) can prove no fenced zombie got anything committed. Off by default.
+    transaction_headers: bool = False
     restore_timeout: float = 300.0
     producer_linger_ms: int = 5
     producer_max_batch_size: int = 256 * 1024

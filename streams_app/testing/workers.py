@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 #: Lines the worker logs at info level that tests wait for.
@@ -31,8 +31,11 @@ class WorkerProcess:
         env: Mapping[str, str] | None = None,
         name: str = "worker",
         cwd: Path | None = None,
+        argv: Sequence[str] | None = None,
     ) -> None:
         self.app = app
+        #: The command line; None: ``python -m streams_app -A <app> worker`` on ``state_dir``.
+        self.argv = list(argv) if argv is not None else None
         self.state_dir = state_dir
         self.log_path = log_path
         self.name = name
@@ -55,18 +58,7 @@ class WorkerProcess:
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== {self.name} start #{self.starts + 1} =====\n".encode())
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "streams_app",
-                    "-A",
-                    self.app,
-                    "worker",
-                    "-l",
-                    "info",
-                    "--state-dir",
-                    str(self.state_dir),
-                ],
+                self.command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -75,6 +67,22 @@ class WorkerProcess:
             )
         self.starts += 1
         return self
+
+    def command(self) -> list[str]:
+        if self.argv is not None:
+            return list(self.argv)
+        return [
+            sys.executable,
+            "-m",
+            "streams_app",
+            "-A",
+            self.app,
+            "worker",
+            "-l",
+            "info",
+            "--state-dir",
+            str(self.state_dir),
+        ]
 
     @property
     def pid(self) -> int | None:
