@@ -10,6 +10,17 @@ Installing streams_app gives a test suite these fixtures:
 
 Set ``STREAMS_APP_TEST_BOOTSTRAP`` to run against a broker you started yourself (for example the
 ``docker-compose.yml`` one) instead of the embedded one.
+
+And the topology test harness (see docs/testing.md):
+
+- ``topology_driver``: a factory, ``topology_driver(app, **settings)``, of
+  :class:`~streams_app.testing.driver.TopologyDriver` (use it with ``async with``). A test that
+  uses it runs once per backend: ``[memory]`` on the in-memory Kafka model, ``[kafka]`` on the
+  real embedded broker, so a unit test doubles as an integration test;
+- ``streams_backend``: the backend of the current run, ``"memory"`` or ``"kafka"``;
+- ``@pytest.mark.streams_backends("memory")``: run a test on some backends only;
+- ``--streams-backend=memory|kafka|both`` (or ``STREAMS_APP_TEST_BACKEND``): which backends
+  to run (default: both).
 """
 
 from __future__ import annotations
@@ -17,11 +28,18 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from streams_app.broker import EmbeddedKafka
+
+if TYPE_CHECKING:
+    from streams_app.app.app import App
+    from streams_app.testing.driver import TopologyDriver
+
+BACKENDS = ("memory", "kafka")
 
 _BROKER_KEY = pytest.StashKey["EmbeddedKafka | ExternalKafka"]()
 _CLUSTER_KEY = pytest.StashKey["EmbeddedKafka"]()
@@ -76,6 +94,87 @@ def bootstrap_servers(kafka_broker: EmbeddedKafka | ExternalKafka) -> str:
 @pytest.fixture
 def unique() -> str:
     return uuid.uuid4().hex[:10]
+
+
+# -- the topology test harness -------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("streams_app")
+    group.addoption(
+        "--streams-backend",
+        choices=("memory", "kafka", "both"),
+        default=None,
+        help="backends topology_driver tests run on (default: both; env STREAMS_APP_TEST_BACKEND)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "streams_backends(*names): run this topology_driver test on these backends only "
+        "('memory', 'kafka')",
+    )
+
+
+def _selected_backends(config: pytest.Config) -> tuple[str, ...]:
+    choice = config.getoption("--streams-backend", None) or os.environ.get(
+        "STREAMS_APP_TEST_BACKEND", "both"
+    )
+    if choice not in ("memory", "kafka", "both"):
+        raise pytest.UsageError(f"STREAMS_APP_TEST_BACKEND={choice!r}: use memory, kafka or both")
+    return BACKENDS if choice == "both" else (choice,)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test that uses ``streams_backend`` (``topology_driver`` does) per backend."""
+    if "streams_backend" not in metafunc.fixturenames:
+        return
+    backends = _selected_backends(metafunc.config)
+    marker = metafunc.definition.get_closest_marker("streams_backends")
+    if marker is not None:
+        unknown = set(marker.args) - set(BACKENDS)
+        if unknown:
+            raise pytest.UsageError(f"streams_backends: unknown backend(s) {sorted(unknown)}")
+        backends = tuple(b for b in backends if b in marker.args)
+    params = [
+        pytest.param(b, marks=(pytest.mark.kafka,) if b == "kafka" else (), id=b) for b in backends
+    ]
+    if not params:
+        params = [pytest.param("none", marks=pytest.mark.skip(reason="backend not selected"))]
+    metafunc.parametrize("streams_backend", params)
+
+
+class DriverFactory:
+    """``topology_driver(app, **settings)``: a driver on this run's backend."""
+
+    def __init__(self, backend: str, bootstrap: str | None, state_root: Path) -> None:
+        self.backend = backend
+        self.bootstrap_servers = bootstrap
+        self._state_root = state_root
+        self._made = 0
+
+    def __call__(self, app: App, *, workers: int = 1, **settings: Any) -> TopologyDriver:
+        from streams_app.testing.driver import TopologyDriver
+
+        self._made += 1
+        state_dir = self._state_root / f"driver-{self._made}"
+        if self.backend == "memory":
+            return TopologyDriver.memory(app, workers=workers, state_dir=state_dir, **settings)
+        assert self.bootstrap_servers is not None
+        return TopologyDriver.kafka(
+            app, self.bootstrap_servers, workers=workers, state_dir=state_dir, **settings
+        )
+
+
+@pytest.fixture
+def topology_driver(
+    streams_backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> DriverFactory:
+    bootstrap = None
+    if streams_backend == "kafka":
+        bootstrap = request.getfixturevalue("bootstrap_servers")
+    return DriverFactory(streams_backend, bootstrap, tmp_path)
 
 
 @pytest.hookimpl(hookwrapper=True)
