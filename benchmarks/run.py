@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -59,6 +60,8 @@ class System:
     label: str
     child: str
     guarantee: str
+    #: The checkout the child runs from (``--compare`` adds runs from another one).
+    repo: Path = REPO
 
 
 SYSTEMS = {
@@ -197,7 +200,7 @@ async def run_once(
     records: int,
     workdir: Path,
 ) -> dict[str, Any]:
-    group = f"bench-{system.key}-{index}-{uuid.uuid4().hex[:6]}"
+    group = f"bench-{system.key.replace('@', '.')}-{index}-{uuid.uuid4().hex[:6]}"
     cmd = [
         sys.executable,
         "-m",
@@ -232,7 +235,7 @@ async def run_once(
     spawned = time.time()
     with open(log_path, "wb") as log:
         proc = await asyncio.create_subprocess_exec(
-            *cmd, stdout=asyncio.subprocess.PIPE, stderr=log, cwd=REPO
+            *cmd, stdout=asyncio.subprocess.PIPE, stderr=log, cwd=system.repo
         )
     first: float | None = None
     first_seen = asyncio.Event()
@@ -338,14 +341,14 @@ async def run_once(
 
 def table(runs: list[dict[str, Any]]) -> str:
     header = (
-        f"{'system':<16} {'guarantee':<18} {'#':>2} {'records':>8} {'seconds':>8} "
+        f"{'system':<20} {'guarantee':<18} {'#':>2} {'records':>8} {'seconds':>8} "
         f"{'records/s':>10} {'total s':>8} {'worker cpu':>10} {'broker cpu':>10} {'load':>10}"
     )
     lines = [header, "-" * len(header)]
     for r in runs:
         load = f"{r['load_before']:.2f}/{r['load_after']:.2f}"
         lines.append(
-            f"{r['system']:<16} {r['guarantee']:<18} {r['repeat']:>2} {r['records']:>8} "
+            f"{r['system']:<20} {r['guarantee']:<18} {r['repeat']:>2} {r['records']:>8} "
             f"{r['seconds']:>8.2f} {r['records_per_s']:>10,} {r['total_seconds']:>8.2f} "
             f"{_fmt(r['worker_cpu_s']):>10} {_fmt(r['broker_cpu_s']):>10} {load:>10}"
         )
@@ -387,6 +390,18 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from streams_app.broker.node import DEFAULT_JVM_OPTS
 
     systems = [SYSTEMS[s] for s in args.systems.split(",")]
+    for item in args.compare:
+        # A/B: the same systems from another checkout (e.g. a git worktree of the previous
+        # commit), interleaved with ours so both see the same machine load.
+        label, _, path = item.rpartition("=")
+        label = label or Path(path).name
+        systems += [
+            dataclasses.replace(
+                s, key=f"{s.key}@{label}", label=f"{s.label}@{label}", repo=Path(path).resolve()
+            )
+            for s in list(systems)
+            if s.child == "streams_app"
+        ]
     workdir = Path(tempfile.mkdtemp(prefix="streams-bench-"))
     kafka = None
     try:
@@ -482,6 +497,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-poll-records", type=int, default=2000, help="the ceiling's")
     parser.add_argument("--set", action="append", default=[], help="streams_app NAME=VALUE")
+    parser.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="[LABEL=]PATH",
+        help="also run the streams_app systems from the checkout at PATH (A/B, interleaved)",
+    )
     parser.add_argument("--jvm", choices=("full", "fast"), default="full")
     parser.add_argument("--heap", default="1g")
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")

@@ -387,9 +387,11 @@ class StreamsProducer:
     async def commit(
         self, offsets: Mapping[TopicPartition, int], group: GroupMetadata | None
     ) -> None:
-        """Exactly-once: offsets into the transaction, then EndTxn(commit).
+        """Exactly-once: offsets into the transaction, the send gate, then EndTxn(commit).
 
-        The caller has already flushed and checked every send (:meth:`flush_and_check`).
+        The offsets go out while the transaction's records may still be in flight, as Java's
+        ``sendOffsetsToTransaction`` does: nothing of the transaction counts before EndTxn, and
+        a failed send still turns the commit into an abort (:meth:`flush_and_check` raises).
         """
         if not self.exactly_once:
             return
@@ -397,10 +399,12 @@ class StreamsProducer:
             if not offsets:
                 return
             await self.maybe_begin()
+        self._enqueue_open()  # the shipper hands the last batches over meanwhile
         if offsets:
             if group is None:
                 raise TransportError("exactly-once commit without consumer group metadata")
             await self.client.send_offsets_to_transaction(offsets, group)
+        await self.flush_and_check()
         await self.client.commit_transaction()
         self._in_transaction = False
         self.transactions_committed += 1
