@@ -71,6 +71,8 @@ class JsonCodec:
     name = "json"
 
     def dumps(self, obj: Any) -> bytes:
+        if type(obj) is int:  # counts, sums, ids: 0.1 us instead of 1.7 us, same bytes
+            return b"%d" % obj
         return _encoder.encode(obj).encode()
 
     def loads(self, data: bytes) -> Any:

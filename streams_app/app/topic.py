@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from streams_app.codecs import Codec, CodecSpec, resolve_codec
@@ -11,6 +12,11 @@ from streams_app.transport.base import RecordMetadataLike
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
+    from streams_app.runtime.worker import Worker
+
+#: ``streams_app.runtime.worker.current_worker``, looked up on the first send (an import
+#: statement in ``send`` would cost a microsecond on every record).
+_current_worker: ContextVar[Worker | None] | None = None
 
 
 class Topic:
@@ -57,9 +63,12 @@ class Topic:
         acknowledged, and visible to ``read_committed`` readers, when the transaction commits.
         Outside a worker use ``async with app.producer() as producer`` instead.
         """
-        from streams_app.runtime.worker import current_worker
+        global _current_worker
+        if _current_worker is None:  # imported late: the worker module imports this one
+            from streams_app.runtime.worker import current_worker
 
-        worker = current_worker.get()
+            _current_worker = current_worker
+        worker = _current_worker.get()
         if worker is None:
             raise RuntimeError(
                 f"{self.name}.send() called outside a running worker; to feed a topic from a "

@@ -117,6 +117,7 @@ class StreamsProducer:
         self._transport = transport
         self._config = config
         self._client: ProducerClient | None = None
+        self._eos = config.transactional_id is not None
         self._in_transaction = False
         self._pending: list[asyncio.Future[RecordMetadataLike]] = []
         # The batch path (see the module doc); _batcher is None with transports that lack it.
@@ -196,7 +197,7 @@ class StreamsProducer:
         headers: Sequence[tuple[str, bytes]] | None = None,
         timestamp_ms: int | None = None,
     ) -> asyncio.Future[RecordMetadataLike]:
-        if self.exactly_once and not self._in_transaction:
+        if self._eos and not self._in_transaction:
             await self.maybe_begin()
         batcher = self._batcher
         if batcher is not None and (value is None or len(value) <= self._direct_bytes):

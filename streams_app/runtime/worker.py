@@ -91,6 +91,8 @@ class Worker:
         self.transport: Transport = transport or app.transport()
         self.clock: Clock = clock or SystemClock()
         self._timer_due: dict[str, float] = {}
+        #: (topic, partition) -> its src_topic and src_partition lineage headers, made once.
+        self._lineage: dict[tuple[str, int], tuple[tuple[str, bytes], tuple[str, bytes]]] = {}
         self.runner = AgentRunner(app)
         self.policy = ErrorPolicy(conf)
         self.started = asyncio.Event()
@@ -518,8 +520,13 @@ class Worker:
         if self.conf.lineage_headers:
             event = current_event.get()
             if event is not None:
-                out.append((H_SRC_TOPIC, event.topic.encode()))
-                out.append((H_SRC_PARTITION, b"%d" % event.partition))
+                source = self._lineage.get((event.topic, event.partition))
+                if source is None:
+                    source = self._lineage[(event.topic, event.partition)] = (
+                        (H_SRC_TOPIC, event.topic.encode()),
+                        (H_SRC_PARTITION, b"%d" % event.partition),
+                    )
+                out += source
                 out.append((H_SRC_OFFSET, b"%d" % event.offset))
         if self.conf.transaction_headers:
             group = self._committer.group if self._committer is not None else None
