@@ -444,6 +444,23 @@ class TopologyDriver:
             clock.advance_to(target)
             await self._settle()
         else:
+            # Step to each timer's due time, so a timer fires as often as it would in memory.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.real_timeout
+            while loop.time() < deadline:
+                dues = [
+                    due
+                    for h in self.live_workers
+                    if h.worker is not None
+                    for due in h.worker._timer_due.values()
+                ]
+                if (sleeper := clock.next_deadline()) is not None:
+                    dues.append(sleeper)
+                due = min((d for d in dues if d <= target), default=None)
+                if due is None:
+                    break
+                clock.advance_to(max(due, clock.monotonic()))
+                await self._turns(2)
             clock.advance_to(target)
             await self._turns(2)
 
@@ -651,14 +668,22 @@ class TopologyDriver:
             for h in handles:
                 assert h.switch is not None
                 h.switch.turned.clear()
-            waits = [asyncio.ensure_future(h.switch.turned.wait()) for h in handles if h.switch]
-            waits += [asyncio.ensure_future(h.switch.crashed.wait()) for h in handles if h.switch]
+            events = [h.switch.turned for h in handles if h.switch is not None]
+
+            async def all_turned(events: list[asyncio.Event] = events) -> None:
+                for event in events:
+                    await event.wait()
+
+            turned = asyncio.ensure_future(all_turned())
+            crashed = [asyncio.ensure_future(h.switch.crashed.wait()) for h in handles if h.switch]
             tasks = [h.task for h in handles if h.task is not None]
             try:
-                await asyncio.wait([*waits, *tasks], timeout=timeout)
+                await asyncio.wait(
+                    [turned, *crashed, *tasks], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
-                for w in waits:
-                    w.cancel()
+                for waiter in (turned, *crashed):
+                    waiter.cancel()
             await self._reap()
 
     async def _idle_reason(self, commit: bool) -> str | None:
@@ -731,17 +756,21 @@ class TopologyDriver:
         headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
         timestamp: int | None = None,
         partition: int | None = None,
+        raw: bool = False,
     ) -> Piped:
-        """Append one record to ``topic`` (encoded with the topic's codecs) as a plain
-        producer would; ``timestamp`` in ms, default the driver's stream time."""
-        piped = await self.pipe_many(topic, [Input(key, value, headers, timestamp, partition)])
+        """Append one record to ``topic`` (encoded with the topic's codecs, unless ``raw``:
+        then key and value are bytes as they are) as a plain producer would; ``timestamp`` in
+        ms, default the driver's stream time."""
+        piped = await self.pipe_many(
+            topic, [Input(key, value, headers, timestamp, partition)], raw=raw
+        )
         return piped[0]
 
     async def pipe_many(
-        self, topic: str, records: Iterable[Input | tuple[Any, Any]]
+        self, topic: str, records: Iterable[Input | tuple[Any, Any]], *, raw: bool = False
     ) -> list[Piped]:
         """Append records, ``Input`` or ``(key, value)`` pairs, in order."""
-        t = self.app.topics.get(topic)
+        t = None if raw else self.app.topics.get(topic)
         raws = []
         for record in records:
             r = record if isinstance(record, Input) else Input(record[0], record[1])
@@ -751,8 +780,8 @@ class TopologyDriver:
                 raw_key, raw_value = r.key, r.value
                 if not isinstance(raw_key, bytes | None) or not isinstance(raw_value, bytes | None):
                     raise TypeError(
-                        f"topic {topic!r} is not declared by the app: pipe bytes, or declare it "
-                        "with app.topic(...) so its codecs are known"
+                        f"topic {topic!r}: pipe bytes with raw=True, or declare the topic with "
+                        "app.topic(...) so its codecs are known"
                     )
             headers = r.headers.items() if isinstance(r.headers, Mapping) else (r.headers or ())
             raws.append(
