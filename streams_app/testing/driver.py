@@ -203,8 +203,10 @@ class TopologyDriver:
     def kafka(
         cls, app: App, bootstrap_servers: str, *, suffix: str | None = None, **kwargs: Any
     ) -> TopologyDriver:
-        """A driver on a real broker; topics, group and transactional ids get ``suffix``."""
-        return cls(app, KafkaBackend(bootstrap_servers, suffix=suffix), **kwargs)
+        """A driver on a real broker; topics, group and transactional ids get ``suffix``. The
+        app's TLS/SASL settings apply to every client."""
+        backend = KafkaBackend(bootstrap_servers, suffix=suffix, security=app.conf.security())
+        return cls(app, backend, **kwargs)
 
     @property
     def backend_name(self) -> str:
