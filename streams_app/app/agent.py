@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -13,6 +12,7 @@ from streams_app.runtime.context import current_event
 if TYPE_CHECKING:
     from streams_app.app.app import App
     from streams_app.app.stream import Stream
+    from streams_app.runtime.producer import SendFuture
 
 AgentFun: TypeAlias = Callable[["Stream"], Awaitable[Any] | AsyncIterator[Any]]
 Sink: TypeAlias = "Topic | Agent | Callable[[Any], Any]"
@@ -51,9 +51,7 @@ class Agent:
     def __call__(self, stream: Stream) -> Awaitable[Any] | AsyncIterator[Any]:
         return self.fun(stream)
 
-    async def send(
-        self, *, key: Any = None, value: Any = None, headers: Any = None
-    ) -> asyncio.Future[Any]:
+    async def send(self, *, key: Any = None, value: Any = None, headers: Any = None) -> SendFuture:
         """Send to this agent's input topic (inside the transaction when in a worker)."""
         return await self.channel.send(key=key, value=value, headers=headers)
 

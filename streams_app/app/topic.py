@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from streams_app.codecs import Codec, CodecSpec, resolve_codec
-from streams_app.transport.base import RecordMetadataLike
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
+    from streams_app.runtime.producer import SendFuture
     from streams_app.runtime.worker import Worker
 
 #: ``streams_app.runtime.worker.current_worker``, looked up on the first send (an import
@@ -56,11 +55,12 @@ class Topic:
         headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
         partition: int | None = None,
         timestamp: float | None = None,
-    ) -> asyncio.Future[RecordMetadataLike]:
+    ) -> SendFuture:
         """Send a record from inside a running worker: it joins the worker's transaction.
 
-        Returns the delivery future without waiting for it: under exactly-once the record is
-        acknowledged, and visible to ``read_committed`` readers, when the transaction commits.
+        Returns the delivery future without waiting for it (awaitable, with ``done()`` and
+        ``result()`` like an ``asyncio.Future``): under exactly-once the record is acknowledged,
+        and visible to ``read_committed`` readers, when the transaction commits.
         Outside a worker use ``async with app.producer() as producer`` instead.
         """
         global _current_worker

@@ -19,7 +19,8 @@ records are appended to an in-memory batch per partition instead (a C call), and
 handed to the client when it is full, when ``linger_ms`` has passed since it was opened (the
 timer only fires once the agents yield, i.e. after they worked through their inbox), or when
 the commit flushes. One task ships the batches in order, so a partition's records keep their
-order. The send gate then checks one future per batch. Records larger than half a batch take
+order. The send gate then checks one future per batch, and a record's send returns a
+:class:`RecordFuture` that reads its outcome from its batch's future when asked. Records larger than half a batch take
 the record-by-record path (aiokafka checks their size there, and raises to the agent).
 """
 
@@ -27,10 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any, Protocol
 
 from streams_app.transport.base import (
     AppendedRecord,
@@ -66,50 +67,102 @@ class SentRecord:
         return f"SentRecord({self.topic!r}, {self.partition}, offset={self.offset})"
 
 
+class SendFuture(Protocol):
+    """What a send returns: awaitable, and inspectable like an ``asyncio.Future``.
+
+    Records sent through a batch get a :class:`RecordFuture`; the record-by-record path returns
+    the client's own future. Both resolve to where the record landed once it is acknowledged.
+    """
+
+    def done(self) -> bool: ...
+
+    def cancelled(self) -> bool: ...
+
+    def result(self) -> RecordMetadataLike: ...
+
+    def exception(self) -> BaseException | None: ...
+
+    def __await__(self) -> Generator[Any, None, RecordMetadataLike]: ...
+
+
 class _Batch:
-    """An open batch for one partition, and the futures of the records in it."""
+    """An open batch for one partition, and the one future all its records share."""
 
-    __slots__ = ("builder", "futures", "partition", "topic")
+    __slots__ = ("builder", "future", "partition", "topic")
 
-    def __init__(self, topic: str, partition: int, builder: RecordBatch) -> None:
+    def __init__(
+        self, topic: str, partition: int, builder: RecordBatch, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.builder = builder
-        self.futures: list[tuple[asyncio.Future[RecordMetadataLike], AppendedRecord]] = []
+        #: Settles with the batch: the first record's metadata (None under acks=0).
+        self.future: asyncio.Future[RecordMetadataLike | None] = loop.create_future()
 
-    def resolve(self, done: asyncio.Future[RecordMetadataLike]) -> None:
-        """The batch was acknowledged (or failed): settle its records' futures."""
-        futures = self.futures
-        if done.cancelled():
-            for future, _ in futures:
-                future.cancel()
+    def settle(self, sent: asyncio.Future[RecordMetadataLike]) -> None:
+        """The client's future for this batch is done: pass its outcome on."""
+        if self.future.done():
             return
-        exc = done.exception()
-        if exc is not None:
-            _fail(futures, exc)
-            return
-        first = done.result()
-        if first is None:  # acks=0: no offsets
-            for future, _ in futures:
-                if not future.done():
-                    future.set_result(None)
-            return
-        base = first.offset
+        if sent.cancelled():
+            self.future.cancel()
+        elif (exc := sent.exception()) is not None:
+            self.fail(exc)
+        else:
+            self.future.set_result(sent.result())
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+            self.future.exception()  # retrieved: the send gate reports it, not the GC
+
+
+class RecordFuture:
+    """The outcome of one record sent through a batch.
+
+    Awaitable and inspectable like an ``asyncio.Future``, but it needs no future (and no
+    resolution) of its own: its batch has one, and the record's metadata is computed from it
+    only when asked for. A record then costs two attribute stores instead of a future created
+    and resolved for every record, even though nobody ever looks at almost all of them.
+    """
+
+    __slots__ = ("_appended", "_batch")
+
+    def __init__(self, batch: _Batch, appended: AppendedRecord) -> None:
+        self._batch = batch
+        self._appended = appended
+
+    def done(self) -> bool:
+        return self._batch.future.done()
+
+    def cancelled(self) -> bool:
+        return self._batch.future.cancelled()
+
+    def exception(self) -> BaseException | None:
+        return self._batch.future.exception()
+
+    def result(self) -> RecordMetadataLike:
+        first = self._batch.future.result()
+        if first is None:  # acks=0: the broker reports no offsets
+            return None  # type: ignore[return-value]
+        appended = self._appended
         log_time = getattr(first, "timestamp", -1)
-        topic, partition = self.topic, self.partition
-        for future, appended in futures:
-            if not future.done():
-                stamp = appended.timestamp if log_time == -1 else log_time
-                future.set_result(SentRecord(topic, partition, base + appended.offset, stamp))
+        return SentRecord(
+            self._batch.topic,
+            self._batch.partition,
+            first.offset + appended.offset,
+            appended.timestamp if log_time == -1 else log_time,
+        )
 
+    def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
+        self._batch.future.add_done_callback(lambda _: fn(self))
 
-def _fail(
-    futures: list[tuple[asyncio.Future[RecordMetadataLike], AppendedRecord]], exc: BaseException
-) -> None:
-    for future, _ in futures:
-        if not future.done():
-            future.set_exception(copy.copy(exc))
-            future.exception()  # retrieved: the send gate reports it, not the GC
+    def __await__(self) -> Generator[Any, None, RecordMetadataLike]:
+        yield from asyncio.shield(self._batch.future).__await__()
+        return self.result()
+
+    def __repr__(self) -> str:
+        state = "pending" if not self.done() else "done"
+        return f"<RecordFuture {self._batch.topic}[{self._batch.partition}] {state}>"
 
 
 class StreamsProducer:
@@ -125,6 +178,7 @@ class StreamsProducer:
         self._open: dict[tuple[str, int], _Batch] = {}
         self._queue: deque[_Batch] = deque()
         self._shipper: asyncio.Task[None] | None = None
+        self._shipping: _Batch | None = None
         self._ship_errors: list[BaseException] = []
         self._linger_handle: asyncio.TimerHandle | None = None
         self._linger_s = max(0.0, config.linger_ms / 1000)
@@ -196,7 +250,7 @@ class StreamsProducer:
         partition: int | None = None,
         headers: Sequence[tuple[str, bytes]] | None = None,
         timestamp_ms: int | None = None,
-    ) -> asyncio.Future[RecordMetadataLike]:
+    ) -> SendFuture:
         if self._eos and not self._in_transaction:
             await self.maybe_begin()
         batcher = self._batcher
@@ -206,13 +260,10 @@ class StreamsProducer:
                 await batcher.wait_for_topic(topic)
                 chosen = batcher.choose_partition(topic, key, partition)
             if chosen is not None:
-                future: asyncio.Future[RecordMetadataLike] = (
-                    asyncio.get_running_loop().create_future()
-                )
-                self._append(topic, chosen, key, value, headers, timestamp_ms, future)
+                sent = self._append(topic, chosen, key, value, headers, timestamp_ms)
                 if len(self._queue) > self.MAX_QUEUED_BATCHES:
                     await self._wait_shipped()  # back-pressure
-                return future
+                return sent
         if self._open or (self._shipper is not None and not self._shipper.done()):
             await self._wait_shipped()  # keep the partition's order: buffered records first
         future = await self.client.send(
@@ -228,16 +279,16 @@ class StreamsProducer:
 
     async def send_records(
         self, topic: str, partition: int, records: Sequence[tuple[bytes, bytes | None]]
-    ) -> asyncio.Future[RecordMetadataLike] | None:
+    ) -> SendFuture | None:
         """Send keyed records to one partition (the changelog at commit); return the future of
-        the last one (None if there were none). No per-record future is made for the others."""
+        the last one (None if there were none)."""
         if not records:
             return None
         batcher = self._batcher
         if batcher is None or any(
             v is not None and len(v) > self._direct_bytes for _, v in records
         ):
-            future = None
+            future: SendFuture | None = None
             for key, value in records:
                 future = await self.send(topic, key=key, value=value, partition=partition)
             return future
@@ -246,14 +297,12 @@ class StreamsProducer:
         if batcher.choose_partition(topic, None, partition) is None:
             await batcher.wait_for_topic(topic)
             batcher.choose_partition(topic, None, partition)  # checks the partition exists
-        last = len(records) - 1
-        future = asyncio.get_running_loop().create_future()
         append = self._append
-        for i, (key, value) in enumerate(records):
-            append(topic, partition, key, value, None, None, future if i == last else None)
+        for key, value in records:
+            sent = append(topic, partition, key, value, None, None)
         if len(self._queue) > self.MAX_QUEUED_BATCHES:
             await self._wait_shipped()
-        return future
+        return sent
 
     # -- the batch path -------------------------------------------------------------------
 
@@ -268,8 +317,7 @@ class StreamsProducer:
         value: bytes | None,
         headers: Sequence[tuple[str, bytes]] | None,
         timestamp_ms: int | None,
-        future: asyncio.Future[RecordMetadataLike] | None,
-    ) -> None:
+    ) -> RecordFuture:
         tp = (topic, partition)
         batch = self._open.get(tp)
         if batch is None:
@@ -289,18 +337,16 @@ class StreamsProducer:
                 timestamp=timestamp_ms, key=key, value=value, headers=headers
             )
             assert appended is not None
-        if future is not None:
-            batch.futures.append((future, appended))
+        return RecordFuture(batch, appended)
 
     def _open_batch(self, topic: str, partition: int) -> _Batch:
         assert self._batcher is not None
+        loop = asyncio.get_running_loop()
         batch = self._open[(topic, partition)] = _Batch(
-            topic, partition, self._batcher.create_batch()
+            topic, partition, self._batcher.create_batch(), loop
         )
         if self._linger_handle is None:
-            self._linger_handle = asyncio.get_running_loop().call_later(
-                self._linger_s, self._lingered
-            )
+            self._linger_handle = loop.call_later(self._linger_s, self._lingered)
         return batch
 
     def _lingered(self) -> None:
@@ -326,17 +372,18 @@ class StreamsProducer:
         """Hand queued batches to the client, in order (one task: per-partition order holds)."""
         queue = self._queue
         while queue:
-            batch = queue.popleft()
+            batch = self._shipping = queue.popleft()
             assert self._batcher is not None
             try:
                 future = await self._batcher.send_batch(batch.builder, batch.topic, batch.partition)
             except Exception as exc:  # the send gate raises it at the commit
                 self._ship_errors.append(exc)
-                _fail(batch.futures, exc)
+                batch.fail(exc)
                 continue
+            finally:
+                self._shipping = None
             self._pending.append(future)
-            if batch.futures:
-                future.add_done_callback(batch.resolve)
+            future.add_done_callback(batch.settle)
 
     async def _wait_shipped(self) -> None:
         """Ship every open batch and wait until the client has them all."""
@@ -350,6 +397,8 @@ class StreamsProducer:
             self._linger_handle.cancel()
             self._linger_handle = None
         dropped = list(self._open.values()) + list(self._queue)
+        if self._shipping is not None:
+            dropped.append(self._shipping)
         self._open.clear()
         self._queue.clear()
         shipper, self._shipper = self._shipper, None
@@ -359,8 +408,7 @@ class StreamsProducer:
                 await shipper
         self._ship_errors.clear()
         for batch in dropped:
-            for future, _ in batch.futures:
-                future.cancel()
+            batch.future.cancel()
 
     async def flush_and_check(self) -> None:
         """Wait until every record of this commit is acknowledged; raise if any failed."""

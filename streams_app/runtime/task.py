@@ -8,16 +8,16 @@ has processed and what is committed, and holds its pending table writes.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from streams_app.errors import TopologyError
 from streams_app.state.base import PartitionTransaction, Store
-from streams_app.transport.base import RecordMetadataLike, TopicPartition
+from streams_app.transport.base import TopicPartition
 
 if TYPE_CHECKING:
     from streams_app.app.table import Table
+    from streams_app.runtime.producer import SendFuture
 
 
 class TaskId(NamedTuple):
@@ -64,7 +64,7 @@ class Task:
         #: Pending writes per table, opened on first use.
         self.tables: dict[str, PartitionTransaction] = {}
         #: Per table, the future of the last changelog record sent in the open transaction.
-        self.changelog_last: dict[str, asyncio.Future[RecordMetadataLike]] = {}
+        self.changelog_last: dict[str, SendFuture] = {}
         self.state = RESTORING
 
     def open_table(self, table: Table) -> PartitionTransaction:

@@ -31,7 +31,7 @@ from streams_app.runtime.errors_policy import (
     Failure,
     dead_letter_headers,
 )
-from streams_app.runtime.producer import StreamsProducer
+from streams_app.runtime.producer import SendFuture, StreamsProducer
 from streams_app.runtime.task import RUNNING, Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.topology import TopologyPlan, plan_topology
@@ -42,7 +42,6 @@ from streams_app.transport.base import (
     AdminClient,
     ConsumerClient,
     RecordLike,
-    RecordMetadataLike,
     TopicPartition,
     Transport,
 )
@@ -509,7 +508,7 @@ class Worker:
         headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
         partition: int | None = None,
         timestamp: float | None = None,
-    ) -> asyncio.Future[RecordMetadataLike]:
+    ) -> SendFuture:
         raw_key, raw_value = topic.encode(key, value)
         if headers is None:
             out: list[tuple[str, bytes]] = []
