@@ -112,11 +112,13 @@ async def last_stable_equals_high_watermark(
     await committed.start()
     await uncommitted.start()
     try:
-        tps = [
-            TopicPartition(t, p)
-            for t in topics
-            for p in sorted(committed.partitions_for_topic(t) or ())
-        ]
+        tps: list[TopicPartition] = []
+        for t in topics:
+            partitions = committed.partitions_for_topic(t)
+            if not partitions:  # not in the metadata cache yet: ask for it
+                await committed._client.force_metadata_update()
+                partitions = committed.partitions_for_topic(t) or set()
+            tps.extend(TopicPartition(t, p) for p in sorted(partitions))
         if not tps:
             return result
         lso = await committed.end_offsets(tps)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, TypeVar
 
 import aiokafka.errors as aerrors
 from aiokafka import AIOKafkaConsumer
@@ -28,6 +28,14 @@ from streams_app.kafka.protocol import (
 from streams_app.transport.base import TopicPartition, TopicSpec
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+#: A request failed because the broker it went to is down (or frozen).
+_NODE_DOWN = (
+    aerrors.KafkaConnectionError,
+    aerrors.NodeNotReadyError,
+    aerrors.RequestTimedOutError,
+)
 
 #: What exactly-once v2 needs from every broker: (api key, minimum version, name).
 EXACTLY_ONCE_APIS = (
@@ -77,11 +85,29 @@ class KafkaAdmin:
 
     # -- topics ------------------------------------------------------------------------------
 
+    async def _any_node(self, request: Callable[[], Awaitable[T]]) -> T:
+        """``request()``, again while it fails for want of the node it picked.
+
+        aiokafka's admin client sends metadata requests to one random broker of the metadata,
+        which lists a dead broker until its session expires, and does not try another: with one
+        broker of three down, a third of the calls fail. Each retry picks again.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
+        while True:
+            try:
+                return await request()
+            except _NODE_DOWN:
+                if loop.time() > deadline:
+                    raise
+            await asyncio.sleep(0.1)
+
     async def _describe(self, topics: Collection[str]) -> dict[str, list[dict[str, Any]]]:
         """Partitions of each existing topic (missing topics are left out)."""
         if not topics:
             return {}
-        described = await self._admin.describe_topics(sorted(set(topics)))
+        names = sorted(set(topics))
+        described = await self._any_node(lambda: self._admin.describe_topics(names))
         found: dict[str, list[dict[str, Any]]] = {}
         for topic in described:
             error = aerrors.for_code(topic["error_code"])
@@ -105,17 +131,17 @@ class KafkaAdmin:
         missing = [spec for spec in specs if spec.name not in existing]
         if not missing:
             return
-        response = await self._admin.create_topics(
-            [
-                NewTopic(
-                    spec.name,
-                    spec.partitions,
-                    spec.replication_factor,
-                    topic_configs=dict(spec.configs),
-                )
-                for spec in missing
-            ],
-            timeout_ms=int(self._timeout * 1000),
+        new_topics = [
+            NewTopic(
+                spec.name,
+                spec.partitions,
+                spec.replication_factor,
+                topic_configs=dict(spec.configs),
+            )
+            for spec in missing
+        ]
+        response = await self._any_node(
+            lambda: self._admin.create_topics(new_topics, timeout_ms=int(self._timeout * 1000))
         )
         for name, code, message in response.topic_errors:
             error = aerrors.for_code(code)
@@ -171,15 +197,27 @@ class KafkaAdmin:
     # -- capabilities ------------------------------------------------------------------------
 
     async def api_versions(self) -> dict[str, dict[int, tuple[int, int]]]:
-        """ApiVersions of every broker in the metadata, by ``host:port``."""
+        """ApiVersions of every broker in the metadata that answers, by ``host:port``.
+
+        A broker that is down is left out (the metadata lists it until its session expires):
+        one dead broker of three must not stop a worker from starting. Raises
+        :class:`BrokerUnavailable` only when no broker answers.
+        """
         client = self._admin._client
         await client.force_metadata_update()
         versions: dict[str, dict[int, tuple[int, int]]] = {}
+        unreachable: list[str] = []
         for broker in client.cluster.brokers():
-            response = await client.send(broker.nodeId, ApiVersionRequest())
-            versions[f"{broker.host}:{broker.port}"] = {
-                key: (low, high) for key, low, high in response.api_versions
-            }
+            address = f"{broker.host}:{broker.port}"
+            try:
+                response = await client.send(broker.nodeId, ApiVersionRequest())
+            except _NODE_DOWN as exc:
+                log.warning("broker %s did not answer ApiVersions (%s)", address, exc)
+                unreachable.append(address)
+                continue
+            versions[address] = {key: (low, high) for key, low, high in response.api_versions}
+        if not versions:
+            raise BrokerUnavailable(", ".join(unreachable) or self._address)
         return versions
 
     async def check_exactly_once_support(self) -> None:

@@ -1,0 +1,182 @@
+"""``python -m streams_app.chaos``: the exactly-once chaos suite (``make chaos``).
+
+Starts a real 3-broker Kafka cluster (replication 3, ``min.insync.replicas=2``), runs the EOS test
+topology on streams_app and on faust-streaming through the same generator, fault schedule and
+verifier, runs the client-level transaction check, prints the summary table and writes
+``chaos-results.json``. Exits 1 if streams_app violated any invariant (faust's row is reported,
+not judged).
+
+    python -m streams_app.chaos --records 1000000 --faults 30 --seed 42
+    python -m streams_app.chaos --records 50000 --duration 90 --faults 6 --systems streams_app
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from streams_app.broker import EmbeddedKafka
+from streams_app.chaos.config import ChaosConfig
+from streams_app.chaos.report import examples_text, summary_table, write_results
+from streams_app.chaos.run import run_chaos
+from streams_app.chaos.schedule import DESCRIPTIONS, KINDS, build_schedule, parse_mix
+from streams_app.chaos.systems import FAUST, STREAMS_APP
+
+log = logging.getLogger("streams_app.chaos")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = ChaosConfig()
+    p = argparse.ArgumentParser(
+        prog="python -m streams_app.chaos",
+        description="Prove exactly-once under faults: generator, faults, verifier (12 invariants).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="fault kinds: " + "; ".join(f"{k}: {DESCRIPTIONS[k]}" for k in KINDS),
+    )
+    size = p.add_argument_group("size")
+    size.add_argument("--records", type=int, default=d.records, help="input records (streams_app)")
+    size.add_argument(
+        "--duration", type=float, default=d.duration, help="seconds the records are spread over"
+    )
+    size.add_argument("--faults", type=int, default=d.faults, help="faults per system")
+    size.add_argument("--seed", type=int, default=None, help="replay a run (default: random)")
+    size.add_argument(
+        "--mix",
+        default=",".join(f"{k}={v:g}" for k, v in d.mix.items()),
+        help="fault kinds and weights, e.g. 'sigkill=3,zombie=2,broker_kill'",
+    )
+    size.add_argument("--keys", type=int, default=d.keys, help="distinct input keys")
+    size.add_argument("--workers", type=int, default=d.workers, help="worker processes")
+    size.add_argument("--partitions", type=int, default=d.partitions, help="input partitions")
+    systems = p.add_argument_group("systems")
+    systems.add_argument(
+        "--systems",
+        default=",".join(d.systems),
+        help=f"comma-separated: {STREAMS_APP}, {FAUST}",
+    )
+    systems.add_argument("--faust-records", type=int, default=d.faust_records)
+    systems.add_argument("--faust-duration", type=float, default=None, help="default: --duration")
+    systems.add_argument("--faust-faults", type=int, default=None, help="default: --faults")
+    systems.add_argument(
+        "--faust-time-limit",
+        type=float,
+        default=d.faust_time_limit,
+        help="hard limit on faust's whole run (a hung faust cannot hang the suite)",
+    )
+    timing = p.add_argument_group("timeouts")
+    timing.add_argument("--session-timeout", type=float, default=d.session_timeout)
+    timing.add_argument("--heartbeat-interval", type=float, default=d.heartbeat_interval)
+    timing.add_argument("--transaction-timeout", type=float, default=d.transaction_timeout)
+    timing.add_argument(
+        "--commit-interval", type=float, default=None, help="default: the product's (0.1 s)"
+    )
+    timing.add_argument("--liveness-grace", type=float, default=d.liveness_grace)
+    timing.add_argument("--drain-timeout", type=float, default=d.drain_timeout)
+    client = p.add_argument_group("client-level check (invariant 11)")
+    client.add_argument("--no-client-check", action="store_true")
+    client.add_argument("--client-records", type=int, default=d.client_records)
+    client.add_argument("--client-duration", type=float, default=d.client_duration)
+    out = p.add_argument_group("output")
+    out.add_argument("--no-concurrent-reader", action="store_true", help="skip invariant 6")
+    out.add_argument("--output", type=Path, default=d.output, help="results JSON")
+    out.add_argument("--workdir", type=Path, default=d.workdir, help="worker state and logs")
+    out.add_argument("--keep", action="store_true", help="keep the workdir afterwards")
+    out.add_argument(
+        "--print-schedule", action="store_true", help="print the fault schedule and exit"
+    )
+    out.add_argument("-l", "--loglevel", default="info")
+    return p
+
+
+def config_from(args: argparse.Namespace) -> ChaosConfig:
+    config = ChaosConfig(
+        records=args.records,
+        duration=args.duration,
+        faults=args.faults,
+        mix=parse_mix(args.mix),
+        systems=tuple(s.strip() for s in args.systems.split(",") if s.strip()),
+        workers=args.workers,
+        partitions=args.partitions,
+        keys=args.keys,
+        session_timeout=args.session_timeout,
+        heartbeat_interval=args.heartbeat_interval,
+        transaction_timeout=args.transaction_timeout,
+        commit_interval=args.commit_interval,
+        faust_records=args.faust_records,
+        faust_duration=args.faust_duration,
+        faust_faults=args.faust_faults,
+        faust_time_limit=args.faust_time_limit,
+        client_check=not args.no_client_check,
+        client_records=args.client_records,
+        client_duration=args.client_duration,
+        concurrent_reader=not args.no_concurrent_reader,
+        liveness_grace=args.liveness_grace,
+        drain_timeout=args.drain_timeout,
+        workdir=args.workdir,
+        output=args.output,
+    )
+    if args.seed is not None:
+        config.seed = args.seed
+    config.validate()
+    return config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.loglevel).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    try:
+        config = config_from(args)
+    except ValueError as exc:
+        print(f"chaos: error: {exc}", file=sys.stderr)
+        return 2
+    if args.print_schedule:
+        for fault in build_schedule(
+            seed=config.seed,
+            faults=config.faults,
+            duration=config.duration,
+            mix=config.mix,
+            workers=config.workers,
+            brokers=3,
+            session_timeout=config.session_timeout,
+            transaction_timeout=config.transaction_timeout,
+        ):
+            print(fault.describe())
+        return 0
+    print(
+        f"chaos: seed {config.seed} (replay with --seed {config.seed}); {config.records:,} "
+        f"records and {config.faults} faults over {config.duration:g}s; systems "
+        f"{', '.join(config.systems)}",
+        flush=True,
+    )
+    started = time.monotonic()
+    cluster = EmbeddedKafka(3).start()
+    try:
+        results = asyncio.run(run_chaos(cluster, config))
+    finally:
+        cluster.stop()
+        if not args.keep:
+            shutil.rmtree(config.workdir, ignore_errors=True)
+    write_results(config.output, results, config)
+    print()
+    print(summary_table(results))
+    details = examples_text(results)
+    if details:
+        print()
+        print(details)
+    print(
+        f"\nchaos: {time.monotonic() - started:.0f}s, seed {config.seed}; results in "
+        f"{config.output}",
+        flush=True,
+    )
+    ours = results.get(STREAMS_APP)
+    return 1 if ours is not None and ours.total_violations else 0

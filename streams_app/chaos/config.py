@@ -1,0 +1,65 @@
+"""What a chaos run does: sizes, durations, the seed, the fault mix, the systems, the timeouts."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from streams_app.chaos.schedule import DEFAULT_MIX
+from streams_app.chaos.systems import FAUST, STREAMS_APP
+
+
+@dataclass
+class ChaosConfig:
+    #: Input records for streams_app, spread over ``duration`` seconds.
+    records: int = 1_000_000
+    duration: float = 600.0
+    #: Faults per system, spread over the duration.
+    faults: int = 30
+    #: Replay a run with its seed (printed at the start and stored in the results).
+    seed: int = field(default_factory=lambda: random.randrange(1_000_000))
+    mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
+    systems: tuple[str, ...] = (STREAMS_APP, FAUST)
+    workers: int = 3
+    partitions: int = 5
+    keys: int = 20_000
+    values: int = 10_000
+    session_timeout: float = 6.0
+    heartbeat_interval: float = 1.0
+    transaction_timeout: float = 10.0
+    #: None: the product's default (100 ms under exactly-once).
+    commit_interval: float | None = None
+    #: faust-streaming's row: its size (it processes ~100 records/s here, see CHAOS.md), its
+    #: duration and fault count (None: as streams_app's), and a hard limit on its whole run.
+    faust_records: int = 30_000
+    faust_duration: float | None = None
+    faust_faults: int | None = None
+    faust_time_limit: float = 1800.0
+    #: Invariant 11: the client-level copier workload (per system's client layer).
+    client_check: bool = True
+    client_records: int = 60_000
+    client_duration: float = 60.0
+    client_faults: int = 3
+    #: The concurrent read_committed reader of invariant 6 (reads every output during the run).
+    concurrent_reader: bool = True
+    #: Liveness bound = session timeout + transaction timeout + longest restore + this grace
+    #: (process start, leader election after a broker death, the rebalance's join round).
+    liveness_grace: float = 15.0
+    #: How long to wait for the group to process everything after the last record.
+    drain_timeout: float = 300.0
+    #: How long a run may go without any progress before draining gives up.
+    stall_timeout: float = 90.0
+    workdir: Path = Path(".chaos")
+    output: Path = Path("chaos-results.json")
+
+    def validate(self) -> None:
+        if self.records < 1 or self.faults < 0 or self.duration <= 0:
+            raise ValueError("records must be >= 1, faults >= 0, duration > 0")
+        if self.workers < 2:
+            raise ValueError("at least 2 workers: a fault must leave someone to take over")
+        if self.heartbeat_interval * 3 > self.session_timeout:
+            raise ValueError("heartbeat_interval must be at most a third of session_timeout")
+        unknown = set(self.systems) - {STREAMS_APP, FAUST}
+        if unknown:
+            raise ValueError(f"unknown systems {sorted(unknown)}; use {STREAMS_APP}, {FAUST}")

@@ -1,0 +1,108 @@
+"""The results: one summary table (invariants down, systems across) and ``chaos-results.json``.
+
+The JSON is shaped ``{"systems": {"<system>": {"records": N, "faults": {"<kind>": n},
+"violations": {"<invariant>": n}, "max_resume_seconds": s, ...}}}``; the extra keys hold the
+fault log, examples of each violation, the generator's and the client check's figures.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from streams_app.chaos import invariants as inv
+from streams_app.chaos.config import ChaosConfig
+from streams_app.chaos.run import SystemResult
+from streams_app.chaos.schedule import KINDS
+
+
+def results_json(results: Mapping[str, SystemResult], config: ChaosConfig) -> dict[str, Any]:
+    return {
+        "systems": {name: r.asdict() for name, r in results.items()},
+        "config": {
+            "records": config.records,
+            "duration": config.duration,
+            "faults": config.faults,
+            "seed": config.seed,
+            "mix": config.mix,
+            "workers": config.workers,
+            "partitions": config.partitions,
+            "keys": config.keys,
+            "values": config.values,
+            "session_timeout": config.session_timeout,
+            "transaction_timeout": config.transaction_timeout,
+            "commit_interval": config.commit_interval,
+            "faust_records": config.faust_records,
+            "client_records": config.client_records,
+        },
+        "invariants": inv.INVARIANTS,
+    }
+
+
+def write_results(
+    path: Path, results: Mapping[str, SystemResult], config: ChaosConfig
+) -> dict[str, Any]:
+    """Write (merging into an existing file's other systems) and return the document."""
+    document = results_json(results, config)
+    try:
+        previous = json.loads(path.read_text())
+        for name, entry in previous.get("systems", {}).items():
+            document["systems"].setdefault(name, entry)
+    except (OSError, ValueError):
+        pass
+    path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+    return document
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def summary_table(results: Mapping[str, SystemResult]) -> str:
+    names = list(results)
+    rows: list[tuple[str, list[str]]] = []
+    rows.append(("records in", [_fmt(results[n].records) for n in names]))
+    rows.append(("inputs processed (committed)", [_fmt(results[n].processed) for n in names]))
+    rows.append(("faults injected", [_fmt(sum(results[n].faults.values())) for n in names]))
+    for kind in KINDS:
+        if any(results[n].faults.get(kind) for n in names):
+            rows.append((f"  {kind}", [_fmt(results[n].faults.get(kind, 0)) for n in names]))
+    for key in inv.INVARIANTS:
+        rows.append((inv.short(key), [_fmt(results[n].violations.get(key, 0)) for n in names]))
+    rows.append(("total violations", [_fmt(results[n].total_violations) for n in names]))
+    rows.append(("max resume seconds", [_fmt(results[n].max_resume_seconds) for n in names]))
+    rows.append(
+        ("liveness bound seconds", [_fmt(results[n].liveness_bound_seconds) for n in names])
+    )
+    width = max(len(label) for label, _ in rows)
+    cols = [max(len(n), *(len(cells[i]) for _, cells in rows)) for i, n in enumerate(names)]
+    line = "+-" + "-" * width + "-+" + "+".join("-" * (c + 2) for c in cols) + "+"
+    out = [line, "| " + "invariant / figure".ljust(width) + " |"]
+    out[-1] += "|".join(f" {n.rjust(c)} " for n, c in zip(names, cols, strict=True)) + "|"
+    out.append(line)
+    for label, cells in rows:
+        body = "|".join(f" {cell.rjust(c)} " for cell, c in zip(cells, cols, strict=True))
+        out.append("| " + label.ljust(width) + " |" + body + "|")
+    out.append(line)
+    return "\n".join(out)
+
+
+def examples_text(results: Mapping[str, SystemResult]) -> str:
+    lines: list[str] = []
+    for name, result in results.items():
+        if result.notes:
+            lines.append(f"{name} notes:")
+            lines.extend(f"  - {note}" for note in result.notes)
+        for key, examples in result.examples.items():
+            if examples:
+                lines.append(f"{name} {inv.short(key)}: {result.violations.get(key, 0)}, e.g.")
+                lines.extend(f"  - {e}" for e in examples)
+    return "\n".join(lines)

@@ -1,0 +1,399 @@
+"""One chaos run of one system: topics, workers, generator, faults, drain, stop, verify.
+
+The shape of Kafka's streams EOS system test: the driver writes while the workers process and
+the faults strike; then the driver stops, the workers are allowed to catch up and are stopped
+cleanly, and the verifier reads everything back ``read_committed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from streams_app.broker import EmbeddedKafka
+from streams_app.chaos import invariants as inv
+from streams_app.chaos.config import ChaosConfig
+from streams_app.chaos.coordinators import CoordinatorLocator
+from streams_app.chaos.copier import (
+    AIOKAFKA_CLIENT,
+    STREAMS_APP_CLIENT,
+    CopierResult,
+    run_copier_check,
+)
+from streams_app.chaos.faults import FaultInjector, FaultRecord, wait_fully_replicated
+from streams_app.chaos.generator import Generator, GeneratorResult
+from streams_app.chaos.progress import ProgressMonitor
+from streams_app.chaos.reader import ConcurrentReader
+from streams_app.chaos.schedule import BROKER_KILL, GROUP_COORDINATOR_KILL, build_schedule
+from streams_app.chaos.systems import (
+    FAUST,
+    STREAMS_APP,
+    FaustSystem,
+    StreamsAppSystem,
+    System,
+    WorkerSettings,
+)
+from streams_app.chaos.verifier import Verification, Verifier
+
+log = logging.getLogger(__name__)
+
+#: Log lines that say a worker is up (streams_app: assigned partitions; faust: ready).
+READY = {STREAMS_APP: "assigned ", FAUST: "[^Worker]: Ready"}
+
+
+@dataclass
+class SystemResult:
+    system: str
+    seed: int
+    records: int = 0
+    processed: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    violations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(inv.INVARIANTS, 0))
+    max_resume_seconds: float | None = None
+    liveness_bound_seconds: float = 0.0
+    drained: bool = False
+    seconds: float = 0.0
+    generator: dict[str, Any] = field(default_factory=dict)
+    fault_log: list[dict[str, Any]] = field(default_factory=list)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    client_check: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_violations(self) -> int:
+        return sum(self.violations.values())
+
+    def asdict(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "processed": self.processed,
+            "faults": self.faults,
+            "violations": self.violations,
+            "max_resume_seconds": self.max_resume_seconds,
+            "liveness_bound_seconds": self.liveness_bound_seconds,
+            "drained": self.drained,
+            "seed": self.seed,
+            "seconds": round(self.seconds, 1),
+            "generator": self.generator,
+            "fault_log": self.fault_log,
+            "examples": self.examples,
+            "stats": self.stats,
+            "client_check": self.client_check,
+            "notes": self.notes,
+        }
+
+
+def make_system(name: str, bootstrap: str, workdir: Path, config: ChaosConfig) -> System:
+    settings = WorkerSettings(
+        session_timeout=config.session_timeout,
+        heartbeat_interval=config.heartbeat_interval,
+        transaction_timeout=config.transaction_timeout,
+        commit_interval=config.commit_interval,
+        replication_factor=3,
+    )
+    suffix = f"{'sa' if name == STREAMS_APP else 'fa'}{config.seed}-{uuid.uuid4().hex[:6]}"
+    cls = StreamsAppSystem if name == STREAMS_APP else FaustSystem
+    return cls(bootstrap, suffix, workdir / f"{name}-{suffix}", settings)
+
+
+async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="chaos-setup")
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(n, partitions, 3) for n in names])
+    finally:
+        await admin.close()
+
+
+async def wait_topics(bootstrap: str, names: list[str], timeout: float) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="chaos-setup")
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = set(names) - set(await admin.list_topics())
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topics {sorted(missing)} were not created in {timeout:.0f}s")
+            await asyncio.sleep(0.5)
+    finally:
+        await admin.close()
+
+
+async def run_system(
+    cluster: EmbeddedKafka,
+    name: str,
+    config: ChaosConfig,
+    *,
+    records: int,
+    duration: float,
+    faults: int,
+    time_limit: float | None = None,
+) -> SystemResult:
+    started = time.monotonic()
+    deadline = started + time_limit if time_limit else None
+    bootstrap = cluster.bootstrap_servers
+    workdir = config.workdir.resolve()
+    system = make_system(name, bootstrap, workdir, config)
+    system.workdir.mkdir(parents=True, exist_ok=True)
+    result = SystemResult(system=name, seed=config.seed)
+    topics = system.topics
+    log.info("%s: run %s in %s", name, system.suffix, system.workdir)
+    await create_topics(bootstrap, topics.external, config.partitions)
+
+    workers = [system.worker(i) for i in range(config.workers)]
+    locator = CoordinatorLocator(bootstrap)
+    monitor: ProgressMonitor | None = None
+    reader: ConcurrentReader | None = None
+    injector: FaultInjector | None = None
+    gen_task: asyncio.Task[GeneratorResult] | None = None
+    generator = Generator(
+        bootstrap,
+        topics.data,
+        records=records,
+        duration=duration,
+        seed=config.seed,
+        keys=config.keys,
+        values=config.values,
+    )
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            await asyncio.to_thread(worker.wait_for_log, READY[name], 180.0)
+        await wait_topics(bootstrap, topics.outputs, 120.0)
+        await locator.start()
+        monitor = ProgressMonitor(bootstrap, system.group_id, topics.inputs)
+        await monitor.start()
+        if config.concurrent_reader:
+            reader = ConcurrentReader(bootstrap, topics.outputs)
+            reader.start()
+        schedule = build_schedule(
+            seed=config.seed,
+            faults=faults,
+            duration=duration,
+            mix=config.mix,
+            workers=config.workers,
+            brokers=len(cluster.nodes),
+            session_timeout=config.session_timeout,
+            transaction_timeout=system.transaction_timeout,
+        )
+        resume_timeout = (
+            config.session_timeout + system.transaction_timeout + config.liveness_grace + 60.0
+        )
+        injector = FaultInjector(
+            cluster,
+            system,
+            workers,
+            monitor,
+            locator,
+            resume_timeout=resume_timeout,
+            deadline=deadline,
+        )
+        run_started = time.monotonic()
+        gen_task = asyncio.create_task(generator.run())
+        await injector.run(schedule, run_started)
+        if deadline is not None:
+            remaining = max(1.0, deadline - time.monotonic())
+            try:
+                await asyncio.wait_for(asyncio.shield(gen_task), remaining)
+            except TimeoutError:
+                generator.stop()
+                result.notes.append("the generator was stopped early by the time limit")
+        await gen_task
+        await injector.ensure_workers()
+        result.drained = await _drain(monitor, config, deadline)
+        if not result.drained:
+            result.notes.append(
+                f"the group did not process all input (lag {monitor.lag()} records) in time"
+            )
+    finally:
+        if gen_task is not None and not gen_task.done():
+            generator.stop()
+            with contextlib.suppress(Exception):
+                await gen_task
+        for index, worker in enumerate(workers):
+            if worker.running:
+                code = await asyncio.to_thread(worker.terminate, 60.0)
+                if code != 0:
+                    result.notes.append(f"worker {index} exited with {code} on the final SIGTERM")
+        if reader is not None:
+            await reader.stop()
+        if monitor is not None:
+            await monitor.stop()
+        await locator.close()
+    await asyncio.to_thread(cluster.ensure_all_running)
+
+    gen = generator.result
+    result.generator = {
+        "sent": gen.sent,
+        "acked": len(gen.acked),
+        "indeterminate": gen.indeterminate,
+        "producers": gen.producers,
+        "seconds": round(gen.seconds, 1),
+    }
+    assert injector is not None
+    if injector.unexpected_exits:
+        result.notes.extend(injector.unexpected_exits)
+    stores = [snap for i in range(config.workers) for snap in system.stores(i)]
+    verifier = Verifier(
+        bootstrap,
+        system,
+        stores=stores,
+        concurrent=reader.offsets if reader is not None else None,
+        acked=gen.acked,
+        quiescence_timeout=system.transaction_timeout + 30.0,
+    )
+    verification = await verifier.run()
+    _fill(result, system, verification, injector.records, workers, config)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+async def _drain(monitor: ProgressMonitor, config: ChaosConfig, deadline: float | None) -> bool:
+    """Wait until the group has processed everything, or made no progress for a while."""
+    limit = time.monotonic() + config.drain_timeout
+    if deadline is not None:
+        limit = min(limit, max(deadline, time.monotonic() + 30.0))
+    last = monitor.snapshot()[0]
+    last_change = time.monotonic()
+    while not monitor.caught_up():
+        now = time.monotonic()
+        if now > limit or now - last_change > config.stall_timeout:
+            return False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(monitor.next_update(), 5.0)
+        current = monitor.snapshot()[0]
+        if current != last:
+            last, last_change = current, time.monotonic()
+    return True
+
+
+def _fill(
+    result: SystemResult,
+    system: System,
+    verification: Verification,
+    records: list[FaultRecord],
+    workers: list[Any],
+    config: ChaosConfig,
+) -> None:
+    result.violations = dict(verification.violations)
+    result.examples = {k: list(v) for k, v in verification.examples.items() if v}
+    result.stats = dict(verification.stats)
+    result.records = int(verification.stats.get("input_records", 0))
+    result.processed = int(verification.stats.get("processed_inputs", 0))
+    for record in records:
+        if not record.skipped:
+            result.faults[record.fault.kind] = result.faults.get(record.fault.kind, 0) + 1
+    result.fault_log = [r.asdict() for r in records]
+    restores: list[float] = []
+    for worker in workers:
+        with contextlib.suppress(OSError):
+            restores += system.restore_seconds(worker.log_path.read_text(errors="replace"))
+    longest_restore = max(restores, default=0.0)
+    bound = (
+        config.session_timeout
+        + system.transaction_timeout
+        + longest_restore
+        + config.liveness_grace
+    )
+    result.liveness_bound_seconds = round(bound, 1)
+    struck = [r for r in records if not r.skipped]
+    resumes = [r.resume_seconds for r in struck if r.resume_seconds is not None]
+    result.max_resume_seconds = round(max(resumes), 2) if resumes else None
+    late = [r for r in struck if r.resume_seconds is None or r.resume_seconds > bound]
+    result.violations[inv.LIVENESS] = len(late)
+    if late:
+        result.examples[inv.LIVENESS] = [
+            f"{r.fault.describe()}: resumed after "
+            f"{'never' if r.resume_seconds is None else f'{r.resume_seconds:.1f}s'} "
+            f"(bound {bound:.1f}s)"
+            for r in late[:5]
+        ]
+    result.stats["longest_restore_seconds"] = round(longest_restore, 2)
+
+
+async def run_client_check(
+    cluster: EmbeddedKafka, client: str, config: ChaosConfig, *, suffix: str
+) -> CopierResult:
+    """Invariant 11 with broker bounces from the same cluster."""
+    bootstrap = cluster.bootstrap_servers
+    locator = CoordinatorLocator(bootstrap)
+    await locator.start()
+    group = f"copier-{suffix}"
+    kill_order = iter(range(10_000))
+
+    async def bounce(kind: str) -> None:
+        await wait_fully_replicated(bootstrap, 90.0)
+        if kind == BROKER_KILL:
+            node = next(kill_order) % len(cluster.nodes) + 1
+        elif kind == GROUP_COORDINATOR_KILL:
+            node = await locator.group_coordinator(group)
+        else:
+            node = await locator.transaction_coordinator(f"{group}-0")
+        log.info("client check: %s -> broker %d", kind, node)
+        await asyncio.to_thread(cluster.kill_node, node)
+        await asyncio.sleep(3.0)
+        await asyncio.to_thread(cluster.start_node, node)
+
+    try:
+        return await run_copier_check(
+            bootstrap,
+            suffix=suffix,
+            client=client,
+            records=config.client_records,
+            duration=config.client_duration,
+            seed=config.seed,
+            fault=bounce,
+            faults=config.client_faults,
+        )
+    finally:
+        await locator.close()
+        await asyncio.to_thread(cluster.ensure_all_running)
+
+
+async def run_chaos(cluster: EmbeddedKafka, config: ChaosConfig) -> dict[str, SystemResult]:
+    """Every system of ``config`` on ``cluster``, one after the other."""
+    config.validate()
+    results: dict[str, SystemResult] = {}
+    for name in config.systems:
+        if name == STREAMS_APP:
+            result = await run_system(
+                cluster,
+                name,
+                config,
+                records=config.records,
+                duration=config.duration,
+                faults=config.faults,
+            )
+            client = STREAMS_APP_CLIENT
+        else:
+            result = await run_system(
+                cluster,
+                name,
+                config,
+                records=config.faust_records,
+                duration=config.faust_duration or config.duration,
+                faults=config.faults if config.faust_faults is None else config.faust_faults,
+                time_limit=config.faust_time_limit,
+            )
+            client = AIOKAFKA_CLIENT
+        if config.client_check:
+            suffix = f"{client}-{config.seed}-{uuid.uuid4().hex[:6]}"
+            copier = await run_client_check(cluster, client, config, suffix=suffix)
+            result.violations[inv.CLIENT_TRANSACTIONS] = copier.violations
+            result.client_check = copier.asdict()
+            if copier.examples:
+                result.examples[inv.CLIENT_TRANSACTIONS] = copier.examples[:5]
+        results[name] = result
+    return results
