@@ -237,10 +237,17 @@ class TopologyDriver:
             for handle in self.workers:
                 if handle.frozen:
                     self.resume(handle.index)
-            for handle in self.workers:
-                if handle.running:
-                    with contextlib.suppress(HarnessError):
-                        await self.stop_worker(handle.index, run=False)
+            stopping = [h for h in self.workers if h.running]
+            for handle in stopping:  # all at once: no rebalance between them
+                handle.require_worker().request_stop()
+                self._wake(handle)
+
+            async def stopped() -> str | None:
+                running = [h.name for h in stopping if h.running]
+                return f"{running} stopping" if running else None
+
+            with contextlib.suppress(HarnessError):
+                await self._drive(stopped, commit=False)
         finally:
             for handle in self.workers:
                 if handle.task is not None and not handle.task.done():
