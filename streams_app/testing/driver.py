@@ -217,7 +217,11 @@ class TopologyDriver:
         return isinstance(self.backend, MemoryBackend)
 
     async def __aenter__(self) -> TopologyDriver:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
