@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Protocol
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
 
 
 class Clock(Protocol):
@@ -23,6 +28,10 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None: ...
 
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Cancellable:
+        """Run ``callback`` after ``delay`` seconds (the producer's linger timer)."""
+        ...
+
 
 class SystemClock:
     def monotonic(self) -> float:
@@ -33,3 +42,6 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Cancellable:
+        return asyncio.get_running_loop().call_later(delay, callback)

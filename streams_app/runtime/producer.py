@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Protocol
 
+from streams_app.runtime.clock import Cancellable, Clock, SystemClock
 from streams_app.transport.base import (
     AppendedRecord,
     BatchingProducerClient,
@@ -166,9 +167,12 @@ class RecordFuture:
 
 
 class StreamsProducer:
-    def __init__(self, transport: Transport, config: ProducerConfig) -> None:
+    def __init__(
+        self, transport: Transport, config: ProducerConfig, clock: Clock | None = None
+    ) -> None:
         self._transport = transport
         self._config = config
+        self._clock: Clock = clock or SystemClock()
         self._client: ProducerClient | None = None
         self._eos = config.transactional_id is not None
         self._in_transaction = False
@@ -180,7 +184,7 @@ class StreamsProducer:
         self._shipper: asyncio.Task[None] | None = None
         self._shipping: _Batch | None = None
         self._ship_errors: list[BaseException] = []
-        self._linger_handle: asyncio.TimerHandle | None = None
+        self._linger_handle: Cancellable | None = None
         self._linger_s = max(0.0, config.linger_ms / 1000)
         self._direct_bytes = max(1024, config.max_batch_size // 2)
         # Agents and the dispatch loop may send concurrently; only one of them may begin.
@@ -204,6 +208,12 @@ class StreamsProducer:
     @property
     def pending_sends(self) -> int:
         return len(self._pending)
+
+    @property
+    def buffered(self) -> bool:
+        """Records appended to batches the client does not have yet (they go on linger)."""
+        shipping = self._shipper is not None and not self._shipper.done()
+        return bool(self._open or self._queue or shipping)
 
     @property
     def client(self) -> ProducerClient:
@@ -346,7 +356,7 @@ class StreamsProducer:
             topic, partition, self._batcher.create_batch(), loop
         )
         if self._linger_handle is None:
-            self._linger_handle = loop.call_later(self._linger_s, self._lingered)
+            self._linger_handle = self._clock.call_later(self._linger_s, self._lingered)
         return batch
 
     def _lingered(self) -> None:

@@ -194,7 +194,9 @@ class Worker:
         self._tasks = TaskManager(self.plan, self.stores)
 
         self._producer = StreamsProducer(
-            self.transport, guarantees.producer_config(conf, self.directory.process_id)
+            self.transport,
+            guarantees.producer_config(conf, self.directory.process_id),
+            clock=self.clock,
         )
         await self._producer.start()  # exactly-once: fences our previous incarnation
         self._restore_consumer = self.transport.consumer(guarantees.restore_consumer_config(conf))

@@ -221,6 +221,9 @@ class OwnedClock:
     async def sleep(self, seconds: float) -> None:
         await self.clock.park(self.owner, timeout=seconds, reason="sleep")
 
+    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
+        return self.clock.call_later(delay, callback)
+
 
 def wake_all(wakers: set[Parked]) -> None:
     """Wake every waiter in ``wakers`` (they re-check what they wait for and may park again)."""
