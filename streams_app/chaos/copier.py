@@ -42,7 +42,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from streams_app.chaos.reader import ConcurrentReader, scan
+from streams_app.chaos.reader import ConcurrentReader, partitions_of, scan
 from streams_app.kafka import StableConsumer, TransactionalProducer
 from streams_app.transport.base import GroupMetadata
 
@@ -446,7 +446,7 @@ async def _wait_drained(bootstrap: str, group: str, source: str, timeout: float)
     await admin.start()
     await consumer.start()
     try:
-        tps = [TopicPartition(source, p) for p in sorted(consumer.partitions_for_topic(source))]
+        tps = await partitions_of(consumer, [source])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
@@ -515,7 +515,7 @@ async def _check(
                         f"{topic}[{partition}]@{offset}: {value} during the run, "
                         f"{committed[offset]} at the end",
                     )
-        tps = [TopicPartition(source, p) for p in sorted(consumer.partitions_for_topic(source))]
+        tps = await partitions_of(consumer, [source])
         ends = await consumer.end_offsets(tps)
     finally:
         await consumer.stop()

@@ -43,6 +43,8 @@ class ProgressMonitor:
         self.committed: Offsets = {}
         self.ends: Offsets = {}
         self.updated_at = 0.0
+        #: Every answer that differed from the one before: (monotonic time, committed, ends).
+        self.history: list[tuple[float, Offsets, Offsets]] = []
         self._updated = asyncio.Event()
         self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="chaos-progress")
         self._consumer: Any = AIOKafkaConsumer(
@@ -90,6 +92,8 @@ class ProgressMonitor:
             for tp, meta in found.items()
             if meta is not None and meta.offset >= 0
         }
+        if not self.history or self.history[-1][1:] != (self.committed, self.ends):
+            self.history.append((started, dict(self.committed), dict(self.ends)))
         # What was read is at least as new as the moment the poll started.
         self.updated_at = started
         self._updated.set()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -157,6 +158,7 @@ async def run_system(
     reader: ConcurrentReader | None = None
     injector: FaultInjector | None = None
     gen_task: asyncio.Task[GeneratorResult] | None = None
+    run_started = started
     generator = Generator(
         bootstrap,
         topics.data,
@@ -213,6 +215,12 @@ async def run_system(
         await gen_task
         await injector.ensure_workers()
         result.drained = await _drain(monitor, config, deadline)
+        log.info(
+            "%s: %s at %.1fs",
+            name,
+            "drained" if result.drained else "NOT drained",
+            time.monotonic() - run_started,
+        )
         if not result.drained:
             result.notes.append(
                 f"the group did not process all input (lag {monitor.lag()} records) in time"
@@ -257,17 +265,38 @@ async def run_system(
     verification = await verifier.run()
     _fill(result, system, verification, injector.records, workers, config)
     result.seconds = time.monotonic() - started
+    if monitor is not None:
+        # The group's progress over the run, for diagnosis (seconds since the run started).
+        (system.workdir / "progress.jsonl").write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "t": round(at - run_started, 2),
+                        "committed": {f"{t}[{p}]": o for (t, p), o in committed.items()},
+                        "ends": {f"{t}[{p}]": o for (t, p), o in ends.items()},
+                    }
+                )
+                + "\n"
+                for at, committed, ends in monitor.history
+            )
+        )
+    (system.workdir / "result.json").write_text(json.dumps(result.asdict(), indent=1))
     return result
 
 
 async def _drain(monitor: ProgressMonitor, config: ChaosConfig, deadline: float | None) -> bool:
-    """Wait until the group has processed everything, or made no progress for a while."""
-    limit = time.monotonic() + config.drain_timeout
+    """Wait until the group has processed everything, or made no progress for a while.
+
+    Only answers read after the last record was written count: an older one can show the
+    group caught up with an end offset that has moved since.
+    """
+    since = time.monotonic()
+    limit = since + config.drain_timeout
     if deadline is not None:
-        limit = min(limit, max(deadline, time.monotonic() + 30.0))
+        limit = min(limit, max(deadline, since + 30.0))
     last = monitor.snapshot()[0]
-    last_change = time.monotonic()
-    while not monitor.caught_up():
+    last_change = since
+    while monitor.updated_at < since or not monitor.caught_up():
         now = time.monotonic()
         if now > limit or now - last_change > config.stall_timeout:
             return False

@@ -1,0 +1,26 @@
+"""Invariant 11 on its own: our KIP-447 client layer under broker bounces, Jepsen style."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams_app.broker import EmbeddedKafka
+from streams_app.chaos.config import ChaosConfig
+from streams_app.chaos.copier import STREAMS_APP_CLIENT
+from streams_app.chaos.run import run_client_check
+
+
+@pytest.mark.cluster
+async def test_transactional_copiers_lose_and_duplicate_nothing_under_broker_bounces(
+    kafka_cluster: EmbeddedKafka, unique: str
+) -> None:
+    config = ChaosConfig(
+        seed=11, client_records=6_000, client_duration=24.0, client_faults=2, systems=()
+    )
+    result = await run_client_check(kafka_cluster, STREAMS_APP_CLIENT, config, suffix=unique)
+    assert result.drained, result.asdict()
+    assert result.violations == 0, result.asdict()
+    # The workload did what it claims: many transactions, about a third of them aborted.
+    total = result.transactions_committed + result.transactions_aborted
+    assert total > 20 and result.transactions_aborted > total / 6, result.asdict()
+    assert sum(result.faults.values()) == 3, result.asdict()  # 2 bounces + a producer crash
