@@ -211,9 +211,12 @@ class StreamsProducer:
 
     @property
     def buffered(self) -> bool:
-        """Records appended to batches the client does not have yet (they go on linger)."""
+        """Records sent and not acknowledged yet: in batches the client does not have (they
+        go on linger), or in flight."""
         shipping = self._shipper is not None and not self._shipper.done()
-        return bool(self._open or self._queue or shipping)
+        if self._open or self._queue or shipping:
+            return True
+        return not all(future.done() for future in self._pending)
 
     @property
     def client(self) -> ProducerClient:

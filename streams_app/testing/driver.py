@@ -43,7 +43,7 @@ from streams_app.runtime.task import RUNNING
 from streams_app.runtime.worker import Worker
 from streams_app.testing.backends import Backend, KafkaBackend, MemoryBackend, Piped, RawInput
 from streams_app.testing.clock import ManualClock
-from streams_app.testing.faults import CrashPoint, HarnessTransport, Switch
+from streams_app.testing.faults import CrashPoint, HarnessTransport, Switch, kill_or_stop
 from streams_app.testing.memory import MemoryConsumer
 from streams_app.transport.base import RecordLike, TopicPartition
 from streams_app.transport.errors import TransportError
@@ -152,7 +152,7 @@ class WorkerHandle:
 def _uncommitted(worker: Worker) -> bool:
     if worker._producer is None or worker._tasks is None:
         return False
-    if worker.producer.in_transaction:
+    if worker.producer.in_transaction or worker.producer.buffered:
         return True
     return any(task.has_uncommitted for task in worker.tasks.running())
 
@@ -189,6 +189,7 @@ class TopologyDriver:
         self.workers: list[WorkerHandle] = []
         self.stream_time: int = int(self.clock.time() * 1000)
         self._plan_topics: set[str] = set()
+        self._returns: dict[str, int] = {}
         self._group_id = str(settings.get("id", app.conf.id))
         self._opened = False
 
@@ -409,7 +410,10 @@ class TopologyDriver:
                 continue
             task = handle.task
             if handle.switch.dead:
-                if not task.done():
+                worker = handle.require_worker()
+                # Frozen at its crash point: cancel it. Already going down with the error a
+                # dead client raised: let it (a cancel would cut its shutdown short).
+                if not task.done() and worker.error is None:
                     task.cancel()
                 try:
                     await task
@@ -419,6 +423,7 @@ class TopologyDriver:
                         raise
                 except Exception as exc:
                     log.debug("crashed worker %s ended with %r", handle.name, exc)
+                await self._release(handle)
                 handle.status = "crashed"
                 handle.crashes += 1
                 handle.frozen = False
@@ -431,6 +436,27 @@ class TopologyDriver:
                     failures.append(WorkerFailed(handle, error))
         if failures:
             raise failures[0]
+
+    async def _release(self, handle: WorkerHandle) -> None:
+        """What the OS does when a process dies, whatever its shutdown got to: its tasks stop,
+        its sockets close (without LeaveGroup or EndTxn in memory), its file handles and its
+        state directory lock are released."""
+        worker, transport = handle.worker, handle.transport
+        if worker is not None:
+            with contextlib.suppress(Exception):
+                await worker.runner.stop()
+        if transport is not None:
+            inners: list[Any] = [c.inner for c in transport.consumers]
+            inners += [p.inner for p in transport.producers]
+            inners += [a.inner for a in transport.admins]
+            for inner in inners:
+                await kill_or_stop(inner)
+        if worker is not None:
+            for store in worker.stores.values():
+                with contextlib.suppress(Exception):
+                    store.close()
+            if worker.directory is not None:
+                worker.directory.close()
 
     # -- time ------------------------------------------------------------------------------
 
@@ -570,13 +596,10 @@ class TopologyDriver:
                 return
             if commit:
                 await self._request_commits(None)
-            # A worker backing off waits on the manual clock: let that time pass.
-            for handle in self.live_workers:
-                if self.clock.parked(handle.name):
-                    next_at = self.clock.next_deadline()
-                    if next_at is not None:
-                        self.clock.advance_to(next_at)
-                    break
+            # A backoff or a linger timer waits on the manual clock: let that time pass.
+            next_at = self.clock.next_deadline()
+            if next_at is not None:
+                self.clock.advance_to(max(next_at, self.clock.monotonic()))
             if loop.time() > deadline:
                 raise HarnessError(
                     f"not done after {self.real_timeout:g}s: {reason}\n{self.describe()}"
@@ -649,7 +672,15 @@ class TopologyDriver:
             await self._reap()
             busy = [h for h in self.live_workers if not clock.parked(h.name)]
             if not busy:
-                return
+                # A worker's other tasks (the producer's batch shipper, started by a linger
+                # timer) may still have a step to run: let them, and look again if they
+                # touched the model.
+                clock.changed.clear()
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                if not clock.changed.is_set():
+                    return
+                continue
             clock.changed.clear()
             helpers = [asyncio.ensure_future(clock.changed.wait())]
             helpers += [asyncio.ensure_future(h.switch.crashed.wait()) for h in busy if h.switch]
@@ -702,6 +733,20 @@ class TopologyDriver:
     async def _idle_reason(self, commit: bool) -> str | None:
         """None when idle; else what is still going on."""
         active = [h for h in self.workers if h.active]
+        reason = await self._idle_reason_now(active, commit)
+        if reason is None and not commit:
+            # The checks above awaited the broker: make sure no worker fetched meanwhile.
+            for handle in active:
+                consumer = handle.transport.main_consumer if handle.transport else None
+                if consumer is None or not consumer.polling:
+                    return f"{handle.name} is processing"
+                if consumer.returns != self._returns.get(handle.name):
+                    return f"{handle.name} fetched again"
+                if handle.require_worker().producer.buffered:
+                    return f"{handle.name} has records not acknowledged yet"
+        return reason
+
+    async def _idle_reason_now(self, active: list[WorkerHandle], commit: bool) -> str | None:
         for handle in active:
             worker = handle.require_worker()
             if not worker.started.is_set() or worker._tasks is None:
@@ -710,8 +755,16 @@ class TopologyDriver:
                 return f"{handle.name} has no assignment yet"
             if worker.tasks.restoring():
                 return f"{handle.name} is restoring its tables"
+            if worker.producer.buffered:
+                return f"{handle.name} has records in batches not sent yet (linger)"
             if commit and _uncommitted(worker):
                 return f"{handle.name} has uncommitted work"
+            consumer = handle.transport.main_consumer if handle.transport else None
+            if not commit:
+                # Back in getmany means done with everything fetched before.
+                if consumer is None or not consumer.polling:
+                    return f"{handle.name} is processing"
+                self._returns[handle.name] = consumer.returns
         backend = self.backend
         if isinstance(backend, MemoryBackend) and active:
             group = backend.broker.groups.get(backend.names.id(self._group_id) or "")

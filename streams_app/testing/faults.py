@@ -29,12 +29,15 @@ from typing import Any
 
 from streams_app.transport.base import (
     AdminClient,
+    AppendedRecord,
+    BatchingProducerClient,
     ConsumerClient,
     ConsumerConfig,
     GroupMetadata,
     ProducerClient,
     ProducerConfig,
     RebalanceListener,
+    RecordBatch,
     RecordLike,
     RecordMetadataLike,
     TopicPartition,
@@ -52,6 +55,7 @@ CRASH_OPS = frozenset(
         "committed_offsets",
         "begin_transaction",
         "send",
+        "send_batch",
         "flush",
         "send_offsets_to_transaction",
         "commit_transaction",
@@ -138,8 +142,7 @@ class Switch:
         if self.dead:
             raise TransportError(f"worker {self.name} was killed ({self.reason})")
 
-    async def check(self, op: str, topic: str | None = None) -> None:
-        """Called at every crash-point-able call: refuse if dead, die here if armed."""
+    def _hit(self, op: str, topic: str | None) -> bool:
         self.refuse()
         for point in self.points:
             if point.fired or not point.matches(op, topic):
@@ -149,8 +152,20 @@ class Switch:
                 point.fired = True
                 where = f"{op}" + (f" to {topic!r}" if topic else "") + f" #{point.nth}"
                 self.kill(f"crash point {where}")
-                # Frozen where it died; the driver cancels the worker's task.
-                await asyncio.get_running_loop().create_future()
+                return True
+        return False
+
+    async def check(self, op: str, topic: str | None = None) -> None:
+        """Called at every crash-point-able call: refuse if dead, die here if armed."""
+        if self._hit(op, topic):
+            # Frozen where it died; the driver cancels the worker's task.
+            await asyncio.get_running_loop().create_future()
+
+    def check_now(self, op: str, topic: str | None = None) -> None:
+        """The same for a synchronous call (appending to a batch): it cannot freeze, so it
+        raises; nothing after this reaches Kafka either way."""
+        if self._hit(op, topic):
+            self.refuse()
 
 
 @dataclass(slots=True)
@@ -173,6 +188,7 @@ class HarnessTransport:
         self.names = names or Names()
         self.consumers: list[HarnessConsumer] = []
         self.producers: list[HarnessProducer] = []
+        self.admins: list[HarnessAdmin] = []
 
     @property
     def address(self) -> str:
@@ -198,15 +214,21 @@ class HarnessTransport:
         inner = self.inner.producer(
             dataclasses.replace(config, transactional_id=names.id(config.transactional_id))
         )
-        producer = HarnessProducer(inner, self.switch, names)
+        # Offer the runtime the batch path exactly when the wrapped client has it.
+        if isinstance(inner, BatchingProducerClient):
+            producer: HarnessProducer = HarnessBatchingProducer(inner, self.switch, names)
+        else:
+            producer = HarnessProducer(inner, self.switch, names)
         self.producers.append(producer)
         return producer
 
     def admin(self) -> HarnessAdmin:
-        return HarnessAdmin(self.inner.admin(), self.switch, self.names)
+        admin = HarnessAdmin(self.inner.admin(), self.switch, self.names)
+        self.admins.append(admin)
+        return admin
 
 
-async def _kill_or_stop(inner: Any) -> None:
+async def kill_or_stop(inner: Any) -> None:
     """Close a dead worker's client the way a killed process leaves it: the in-memory clients
     know how (no LeaveGroup, no abort); a real client is closed without aborting (aiokafka's
     consumer does send LeaveGroup on close, so the group moves on at once, not after the
@@ -215,8 +237,10 @@ async def _kill_or_stop(inner: Any) -> None:
     if kill is not None:
         kill()
         return
-    with contextlib.suppress(Exception):
-        await inner.stop()
+    close = getattr(inner, "stop", None) or getattr(inner, "close", None)
+    if close is not None:
+        with contextlib.suppress(Exception):
+            await close()
 
 
 class _Listener:
@@ -239,6 +263,10 @@ class HarnessConsumer:
         self.config = config
         self.switch = switch
         self.names = names
+        #: Inside getmany: the worker's loop has finished everything it fetched before.
+        self.polling = False
+        #: How many times getmany returned.
+        self.returns = 0
 
     async def start(self) -> None:
         await self.switch.check("start")
@@ -246,7 +274,7 @@ class HarnessConsumer:
 
     async def stop(self) -> None:
         if self.switch.dead:
-            await _kill_or_stop(self.inner)
+            await kill_or_stop(self.inner)
         else:
             await self.inner.stop()
 
@@ -273,7 +301,12 @@ class HarnessConsumer:
     ) -> Mapping[TopicPartition, Sequence[RecordLike]]:
         switch = self.switch
         await switch.check("getmany")
-        batch = await self.inner.getmany(timeout_ms, max_records)
+        self.polling = True
+        try:
+            batch = await self.inner.getmany(timeout_ms, max_records)
+        finally:
+            self.polling = False
+            self.returns += 1
         await switch.check("after_getmany")
         switch.turned.set()
         names = self.names
@@ -350,7 +383,7 @@ class HarnessProducer:
 
     async def stop(self) -> None:
         if self.switch.dead:
-            await _kill_or_stop(self.inner)
+            await kill_or_stop(self.inner)
         else:
             await self.inner.stop()
 
@@ -405,6 +438,76 @@ class HarnessProducer:
         await self.switch.check("flush")
         await self.inner.flush()
         await self.switch.check("after_flush")
+
+
+class _HarnessBatch:
+    """A batch whose appends are crash points (``send``, per record, like the record path)."""
+
+    __slots__ = ("inner", "switch", "topic")
+
+    def __init__(self, inner: RecordBatch, topic: str | None, switch: Switch) -> None:
+        self.inner = inner
+        self.topic = topic
+        self.switch = switch
+
+    def append(
+        self,
+        *,
+        timestamp: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> AppendedRecord | None:
+        self.switch.check_now("send", self.topic)
+        appended = self.inner.append(timestamp=timestamp, key=key, value=value, headers=headers)
+        if appended is not None:
+            self.switch.check_now("after_send", self.topic)
+        return appended
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def record_count(self) -> int:
+        return self.inner.record_count()
+
+
+class HarnessBatchingProducer(HarnessProducer):
+    """The batch path (``BatchingProducerClient``) of a client that has one.
+
+    The runtime asks for a partition (``choose_partition``) right before it opens a batch for
+    the topic, with no await in between, so a new batch is labelled with that topic: sends to
+    one topic can be crash points on this path too.
+    """
+
+    inner: BatchingProducerClient
+
+    def __init__(self, inner: BatchingProducerClient, switch: Switch, names: Names) -> None:
+        super().__init__(inner, switch, names)
+        self.inner = inner
+        self._topic: str | None = None
+
+    def create_batch(self) -> RecordBatch:
+        self.switch.refuse()
+        return _HarnessBatch(self.inner.create_batch(), self._topic, self.switch)
+
+    async def send_batch(
+        self, batch: RecordBatch, topic: str, partition: int
+    ) -> asyncio.Future[RecordMetadataLike]:
+        switch = self.switch
+        await switch.check("send_batch", topic)
+        inner_batch = batch.inner if isinstance(batch, _HarnessBatch) else batch
+        future = await self.inner.send_batch(inner_batch, self.names.topic(topic), partition)
+        await switch.check("after_send_batch", topic)
+        return future
+
+    def choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int | None:
+        self.switch.refuse()
+        self._topic = topic
+        return self.inner.choose_partition(self.names.topic(topic), key, partition)
+
+    async def wait_for_topic(self, topic: str) -> None:
+        self.switch.refuse()
+        await self.inner.wait_for_topic(self.names.topic(topic))
 
 
 class HarnessAdmin:

@@ -123,8 +123,9 @@ async def test_an_agent_error_aborts_and_the_retry_succeeds(
             await driver.read("flaky-sum"), [("a", 1), ("a", 3), ("a", 16), ("a", 20), ("b", 5)]
         )
         assert await driver.table("sums") == {"a": 20, "b": 5}
-        # The aborted attempts are in the log, invisible to read_committed readers.
-        assert len(await driver.read("flaky-echo", committed=False)) > len(RECORDS)
+        # Whatever of the aborted attempts reached the log is invisible to read_committed
+        # readers (with batching, most of it never left the worker).
+        assert len(await driver.read("flaky-echo", committed=False)) >= len(RECORDS)
 
 
 async def test_the_stop_policy_stops_the_worker(topology_driver: DriverFactory) -> None:

@@ -27,6 +27,7 @@ from streams_app.transport.base import (
     GroupMetadata,
     ProducerConfig,
     RebalanceListener,
+    RecordBatch,
     RecordLike,
     RecordMetadataLike,
     TopicPartition,
@@ -77,6 +78,10 @@ class _Client:
         self.owner = owner
         self.killed = False
         self.closed = False
+
+    def kill(self) -> None:
+        """The process died: the client does nothing more, says goodbye to nobody."""
+        self.killed = True
 
     async def _enter(self) -> None:
         """Every call that reaches the cluster: wait while frozen, refuse once dead."""
@@ -398,6 +403,54 @@ class MemoryConsumer(_Client):
 # -- producer ------------------------------------------------------------------------------
 
 
+class _Appended:
+    __slots__ = ("offset", "timestamp")
+
+    def __init__(self, offset: int, timestamp: int) -> None:
+        self.offset = offset
+        self.timestamp = timestamp
+
+
+class MemoryBatch:
+    """Records for one partition, appended whole (a ``RecordBatch``), at most ``max_bytes``."""
+
+    __slots__ = ("_broker", "_bytes", "closed", "max_bytes", "records")
+
+    def __init__(self, max_bytes: int, broker: MemoryKafka) -> None:
+        self.max_bytes = max_bytes
+        self._broker = broker
+        self._bytes = 0
+        self.closed = False
+        self.records: list[
+            tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
+        ] = []
+
+    def append(
+        self,
+        *,
+        timestamp: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> _Appended | None:
+        if self.closed:
+            raise TransportError("the batch is closed")
+        size = 24 + len(key or b"") + len(value or b"") + sum(len(k) + len(v) for k, v in headers)
+        if self.records and self._bytes + size > self.max_bytes:
+            return None  # full (the first record always fits)
+        if timestamp is None:
+            timestamp = int(self._broker.clock.time() * 1000)
+        self.records.append((timestamp, key, value, tuple((str(k), bytes(v)) for k, v in headers)))
+        self._bytes += size
+        return _Appended(len(self.records) - 1, timestamp)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def record_count(self) -> int:
+        return len(self.records)
+
+
 class MemoryProducer(_Client):
     """An idempotent (optionally transactional) producer; sends are acknowledged at once."""
 
@@ -436,9 +489,6 @@ class MemoryProducer(_Client):
     async def stop(self) -> None:
         """Close; an open transaction stays open (aborted by a successor or its timeout)."""
         self.closed = True
-
-    def kill(self) -> None:
-        self.killed = True
 
     def _require_transactional(self, what: str) -> str:
         tid = self.config.transactional_id
@@ -491,33 +541,90 @@ class MemoryProducer(_Client):
                 future.set_exception(self._fence(exc))
                 return future
             txn = broker.current_transaction(state)
-        sequence = -1
-        if self._idempotent:
-            sequence = self._sequences.get(tp, 0)
-            self._sequences[tp] = sequence + 1
         timestamp = int(broker.clock.time() * 1000) if timestamp_ms is None else timestamp_ms
-        copies = 2 if self.duplicate_next_send else 1
-        self.duplicate_next_send = False
-        offset = -1
-        for _ in range(copies):
-            appended = broker.append(
-                tp,
-                key=key,
-                value=value,
-                headers=headers or (),
-                timestamp=timestamp,
-                producer_id=self.producer_id,
-                epoch=self.epoch,
-                sequence=sequence,
-                txn=txn,
-            )
-            offset = appended if offset < 0 else offset
-        if txn is not None and tp not in txn.partitions:
-            txn.partitions[tp] = offset
+        offset = self._append(tp, [(timestamp, key, value, tuple(headers or ()))], txn)
         if self.config.acks == 0:
             offset = -1  # acks=0: the client never learns the offset
         future.set_result(RecordMetadata(topic, p, offset, timestamp))
         return future
+
+    def _append(
+        self,
+        tp: TopicPartition,
+        records: Sequence[tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]],
+        txn: Transaction | None,
+    ) -> int:
+        """Append records with consecutive sequence numbers; the first one's offset. A
+        duplicated send (``duplicate_next_send``) is delivered twice, as a retry would be."""
+        base = self._sequences.get(tp, 0) if self._idempotent else -1
+        if self._idempotent:
+            self._sequences[tp] = base + len(records)
+        copies = 2 if self.duplicate_next_send else 1
+        self.duplicate_next_send = False
+        first = -1
+        for _ in range(copies):
+            for index, (timestamp, key, value, headers) in enumerate(records):
+                offset = self.broker.append(
+                    tp,
+                    key=key,
+                    value=value,
+                    headers=headers,
+                    timestamp=timestamp,
+                    producer_id=self.producer_id,
+                    epoch=self.epoch,
+                    sequence=base + index if base >= 0 else -1,
+                    txn=txn,
+                )
+                if first < 0:
+                    first = offset
+        if txn is not None and tp not in txn.partitions:
+            txn.partitions[tp] = first
+        return first
+
+    # -- the batch path (BatchingProducerClient) -----------------------------------------
+
+    def create_batch(self) -> MemoryBatch:
+        return MemoryBatch(self.config.max_batch_size, self.broker)
+
+    async def send_batch(
+        self, batch: RecordBatch, topic: str, partition: int
+    ) -> asyncio.Future[RecordMetadataLike]:
+        """Append a closed batch at once; the future resolves with its first record's metadata
+        (timestamp -1: CreateTime, as aiokafka reports it)."""
+        await self._enter()
+        if not isinstance(batch, MemoryBatch):
+            raise TransportError("send_batch needs a batch from this producer's create_batch")
+        if self.transactional and not self._in_transaction:
+            raise TransportError("send outside a transaction on a transactional producer")
+        tp = TopicPartition(topic, self.broker.partition_for(topic, None, partition))
+        future: asyncio.Future[RecordMetadataLike] = asyncio.get_running_loop().create_future()
+        if self.transactional:
+            self._futures.append(future)
+        txn: Transaction | None = None
+        tid = self.config.transactional_id
+        if tid is not None:
+            try:
+                state = self.broker.check_epoch(tid, self.producer_id, self.epoch)
+            except ProducerFencedError as exc:
+                future.set_exception(self._fence(exc))
+                return future
+            txn = self.broker.current_transaction(state)
+        first = self._append(tp, batch.records, txn)
+        if self.config.acks == 0:
+            future.set_result(None)  # type: ignore[arg-type]  # acks=0: no offsets
+        else:
+            future.set_result(RecordMetadata(topic, tp.partition, first, -1))
+        return future
+
+    def choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int | None:
+        if topic not in self.broker.topics:
+            return None
+        return self.broker.partition_for(topic, key, partition)
+
+    async def wait_for_topic(self, topic: str) -> None:
+        await self._enter()
+        if topic not in self.broker.topics:
+            raise TransportError(f"no metadata for topic {topic!r}: it does not exist")
 
     def _check_sends(self) -> None:
         failures = [f.exception() for f in self._futures if f.done() and not f.cancelled()]
