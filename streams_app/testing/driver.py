@@ -345,7 +345,8 @@ class TopologyDriver:
         """Arm a crash: the worker dies at its ``nth`` call of ``op`` (from now on), before
         the call reaches Kafka, or right after Kafka accepted it with ``after_<op>``.
 
-        ``op``: ``send`` (``topic=`` to count sends to one topic only), ``flush``,
+        ``op``: ``send`` (a record handed to the producer; ``topic=`` to count sends to one
+        topic only), ``send_batch`` (a batch handed to the client), ``flush``,
         ``begin_transaction``, ``send_offsets_to_transaction``, ``commit_transaction``,
         ``abort_transaction``, ``getmany``, ``commit``, ``committed_offsets``, ``start``. A
         worker that is not running gets it armed for its next start.
