@@ -117,7 +117,9 @@ async def test_a_crash_before_the_commit_loses_nothing_and_repeats_nothing(
         assert await driver.table("stock", source="store") == stock
 
 
-@pytest.mark.parametrize("point", ["send", "send_offsets_to_transaction", "commit_transaction"])
+@pytest.mark.parametrize(
+    "point", ["send", "send_batch", "send_offsets_to_transaction", "commit_transaction"]
+)
 async def test_a_crash_inside_the_commit_is_all_or_nothing(
     topology_driver: DriverFactory, point: str
 ) -> None:
