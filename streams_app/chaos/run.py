@@ -57,7 +57,10 @@ class SystemResult:
     records: int = 0
     processed: int = 0
     faults: dict[str, int] = field(default_factory=dict)
-    violations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(inv.INVARIANTS, 0))
+    #: Violations per invariant; None: not checked in this run (e.g. no client check).
+    violations: dict[str, int | None] = field(
+        default_factory=lambda: dict.fromkeys(inv.INVARIANTS, 0)
+    )
     max_resume_seconds: float | None = None
     liveness_bound_seconds: float = 0.0
     drained: bool = False
@@ -71,7 +74,7 @@ class SystemResult:
 
     @property
     def total_violations(self) -> int:
-        return sum(self.violations.values())
+        return sum(v for v in self.violations.values() if v)
 
     def asdict(self) -> dict[str, Any]:
         return {
@@ -317,6 +320,9 @@ def _fill(
     config: ChaosConfig,
 ) -> None:
     result.violations = dict(verification.violations)
+    result.violations[inv.CLIENT_TRANSACTIONS] = None  # set by the client check, if it runs
+    if not config.concurrent_reader:
+        result.violations[inv.ABORTED_READS] = None
     result.examples = {k: list(v) for k, v in verification.examples.items() if v}
     result.stats = dict(verification.stats)
     result.records = int(verification.stats.get("input_records", 0))

@@ -56,3 +56,4 @@ async def test_streams_app_keeps_exactly_once_through_seven_kinds_of_fault(
     violations = {k: v for k, v in result.violations.items() if v}
     assert violations == {}, f"{report}\n{details}"
     assert result.violations[inv.LIVENESS] == 0
+    assert result.violations[inv.CLIENT_TRANSACTIONS] is None  # test_copier.py checks it
