@@ -31,7 +31,15 @@ def free_port() -> int:
 
 
 def new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64.
+
+    Like Kafka's ``Uuid.randomUuid``, never one starting with ``-``: the storage tool would read
+    it as an option and refuse to format (one random id in 64 does).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def default_settings(nodes: int) -> dict[str, str]:

@@ -56,3 +56,12 @@ def test_missing_maven_says_what_to_install(
         ToolchainError, match=r"mvn \(Apache Maven\) was not found.*apt-get install maven"
     ):
         maven_executable()
+
+
+def test_cluster_ids_never_start_with_a_dash() -> None:
+    from streams_app.broker.cluster import new_cluster_id
+
+    # 1 in 64 base64 ids starts with '-', which kafka-storage reads as an option.
+    ids = [new_cluster_id() for _ in range(5000)]
+    assert not any(i.startswith("-") for i in ids)
+    assert all(len(i) == 22 for i in ids)
