@@ -20,8 +20,9 @@ handed to the client when it is full, when ``linger_ms`` has passed since it was
 timer only fires once the agents yield, i.e. after they worked through their inbox), or when
 the commit flushes. One task ships the batches in order, so a partition's records keep their
 order. The send gate then checks one future per batch, and a record's send returns a
-:class:`RecordFuture` that reads its outcome from its batch's future when asked. Records larger than half a batch take
-the record-by-record path (aiokafka checks their size there, and raises to the agent).
+:class:`RecordFuture` that reads its outcome from its batch's future when asked. Records larger
+than half a batch take the record-by-record path (aiokafka checks their size there, and raises
+to the agent).
 """
 
 from __future__ import annotations
