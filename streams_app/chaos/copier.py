@@ -2,13 +2,14 @@
 
 Modelled on Kafka's ``TransactionalMessageCopier`` in group mode (``group_mode_transactions_test``)
 and Jepsen's Kafka checker. A seeder writes unique integers to an input topic over ``duration``
-seconds; ``copiers`` transactional copiers in one consumer group read it ``read_committed``, copy
-each record to an output topic inside a transaction that also carries their consumer offsets, and
-abort about a third of their transactions at random, seeking back to their committed offsets.
-Meanwhile brokers are bounced (a random one, the copiers' transaction coordinator, the group
-coordinator) and a copier's producer is crashed mid-transaction and replaced under its
-transactional id. A
-``read_committed`` reader watches the output throughout.
+seconds; ``copiers`` transactional copiers, each its own process, in one consumer group, read it
+``read_committed``, copy each record to an output topic inside a transaction that also carries
+their consumer offsets, and abort about a third of their transactions at random, seeking back to
+their committed offsets. Meanwhile brokers are bounced (a random one, the copiers' transaction
+coordinator, the group coordinator) and so are the copiers: one is SIGKILLed and restarted under
+its transactional id, one SIGTERMed and restarted, one frozen (SIGSTOP) past its session timeout
+and thawed: a zombie whose partitions were given to another copier while its transaction was
+open. A ``read_committed`` reader watches the output throughout.
 
 Checked at the end (``read_committed``), as Jepsen's checker names them:
 
@@ -22,19 +23,26 @@ Checked at the end (``read_committed``), as Jepsen's checker names them:
 ``client="streams_app"`` runs our KIP-447 extension (``streams_app.kafka``: TxnOffsetCommit v3
 with the generation snapshotted at assignment, ``require_stable`` offsets, the send gate,
 abortable fencing); ``client="aiokafka"`` the same loop on plain aiokafka 0.14, the client layer
-faust-streaming runs on (TxnOffsetCommit v0: group id only).
+faust-streaming runs on (TxnOffsetCommit v0: the group id only, so nothing fences a zombie).
+
+One copier process: ``python -m streams_app.chaos.copier --help``.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import random
+import signal
+import sys
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiokafka.errors as aerrors
@@ -44,6 +52,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams_app.chaos.reader import ConcurrentReader, partitions_of, scan
 from streams_app.kafka import StableConsumer, TransactionalProducer
+from streams_app.testing.workers import WorkerProcess
 from streams_app.transport.base import GroupMetadata
 
 log = logging.getLogger(__name__)
@@ -51,6 +60,273 @@ log = logging.getLogger(__name__)
 STREAMS_APP_CLIENT = "streams_app"
 AIOKAFKA_CLIENT = "aiokafka"
 ANOMALIES = ("lost_write", "duplicate", "aborted_read", "inconsistent_offset", "nonmonotonic")
+SESSION_TIMEOUT = 6.0
+#: What a copier logs once it has partitions (the parent waits for it).
+ASSIGNED = "copier assigned"
+
+# -- one copier (its own process) ----------------------------------------------------------
+
+
+@dataclass
+class CopierStats:
+    committed: int = 0
+    aborted: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def error(self, name: str) -> None:
+        self.errors[name] = self.errors.get(name, 0) + 1
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, copier: Copier) -> None:
+        self.copier = copier
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        async with self.copier.lock:  # never in the middle of a transaction
+            self.copier.group = None
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self.copier.on_assigned(list(assigned))
+
+
+class Copier:
+    """A consumer in the group and a transactional producer, copying in transactions."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        client: str,
+        source: str,
+        sink: str,
+        sink_partitions: int,
+        group_id: str,
+        transactional_id: str,
+        rng: random.Random,
+        abort_ratio: float,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.client = client
+        self.source = source
+        self.sink = sink
+        self.sink_partitions = sink_partitions
+        self.group_id = group_id
+        self.transactional_id = transactional_id
+        self.rng = rng
+        self.abort_ratio = abort_ratio
+        self.stats = CopierStats()
+        self.lock = asyncio.Lock()
+        self.group: GroupMetadata | None = None
+        self.committed: dict[TopicPartition, int] = {}
+        self.consumer: Any = None
+        self.producer: Any = None
+
+    def _new_consumer(self) -> Any:
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap,
+            "group_id": self.group_id,
+            "isolation_level": "read_committed",
+            "enable_auto_commit": False,
+            "auto_offset_reset": "earliest",
+            "session_timeout_ms": int(SESSION_TIMEOUT * 1000),
+            "heartbeat_interval_ms": 1000,
+            "rebalance_timeout_ms": 60_000,
+            "max_poll_records": 300,
+            "client_id": self.transactional_id,
+        }
+        if self.client == STREAMS_APP_CLIENT:
+            return StableConsumer(**kwargs)
+        return AIOKafkaConsumer(**kwargs)
+
+    def _new_producer(self) -> Any:
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap,
+            "transactional_id": self.transactional_id,
+            "enable_idempotence": True,
+            "acks": "all",
+            "linger_ms": 5,
+            "max_batch_size": 4096,  # several batches in flight per transaction
+            "transaction_timeout_ms": 20_000,
+            "request_timeout_ms": 15_000,
+            "client_id": self.transactional_id,
+        }
+        if self.client == STREAMS_APP_CLIENT:
+            return TransactionalProducer(**kwargs)
+        return AIOKafkaProducer(**kwargs)
+
+    async def _restart_producer(self) -> None:
+        if self.producer is not None:
+            with contextlib.suppress(Exception):
+                await self.producer.stop()
+        self.producer = self._new_producer()
+        await _retry(self.producer.start, "producer start")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.consumer = self._new_consumer()
+        self.consumer.subscribe([self.source], listener=_Listener(self))
+        await _retry(self.consumer.start, "consumer start")
+        await self._restart_producer()
+        try:
+            while not stop.is_set():
+                try:
+                    batch = await self.consumer.getmany(timeout_ms=200, max_records=300)
+                except aerrors.KafkaError as exc:
+                    self.stats.error(f"fetch:{type(exc).__name__}")
+                    await asyncio.sleep(0.2)
+                    continue
+                if batch:
+                    await self._copy(batch)
+        finally:
+            with contextlib.suppress(Exception):
+                await self.consumer.stop()
+            with contextlib.suppress(Exception):
+                await self.producer.stop()
+
+    async def on_assigned(self, assigned: list[TopicPartition]) -> None:
+        async with self.lock:
+            consumer = self.consumer
+            if self.client == STREAMS_APP_CLIENT:
+                self.group = consumer.group_metadata()
+                found = await consumer.committed_offsets(assigned)
+            else:
+                # Plain aiokafka sends the group id alone (TxnOffsetCommit v0): a marker only.
+                self.group = GroupMetadata(self.group_id, -1, "")
+                found = {tp: await consumer.committed(tp) for tp in assigned}
+            self.committed = {}
+            for tp in assigned:
+                offset = found.get(tp)
+                self.committed[tp] = 0 if offset is None else int(offset)
+                consumer.seek(tp, self.committed[tp])
+            log.info("%s: %d partitions", ASSIGNED, len(assigned))
+
+    async def _copy(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        async with self.lock:
+            group = self.group
+            batch = {tp: recs for tp, recs in batch.items() if tp in self.committed}
+            if group is None or not batch:
+                return
+            offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items()}
+            abort = self.rng.random() < self.abort_ratio
+            producer = self.producer
+            try:
+                await producer.begin_transaction()
+                for tp, records in batch.items():
+                    for record in records:
+                        await producer.send(
+                            self.sink,
+                            key=record.key,
+                            value=record.value,
+                            partition=tp.partition % self.sink_partitions,
+                            headers=[("src", b"%d:%d" % (tp.partition, record.offset))],
+                        )
+                if self.client == STREAMS_APP_CLIENT:
+                    await producer.send_offsets_to_transaction(offsets, group)
+                else:
+                    await producer.send_offsets_to_transaction(offsets, self.group_id)
+                if abort:
+                    await producer.abort_transaction()
+                    self.stats.aborted += 1
+                    self._rewind()
+                    return
+                await producer.commit_transaction()
+            except Exception as exc:
+                self.stats.error(type(exc).__name__)
+                log.info("transaction failed: %r", exc)
+                await self._recover()
+                return
+            self.stats.committed += 1
+            self.committed.update(offsets)
+
+    def _rewind(self) -> None:
+        for tp, offset in self.committed.items():
+            with contextlib.suppress(Exception):
+                self.consumer.seek(tp, offset)
+
+    async def _recover(self) -> None:
+        """Abort if the producer can, else replace it; either way rewind to committed."""
+        try:
+            await asyncio.wait_for(self.producer.abort_transaction(), 30)
+            self.stats.aborted += 1
+        except Exception as exc:
+            self.stats.error(f"abort:{type(exc).__name__}")
+            await self._restart_producer()
+        self._rewind()
+
+
+async def _retry(
+    start: Callable[[], Coroutine[Any, Any, Any]], what: str, timeout: float = 120.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await start()
+            return
+        except Exception as exc:
+            if time.monotonic() > deadline:
+                raise
+            log.info("%s failed (%r); retrying", what, exc)
+            await asyncio.sleep(1.0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m streams_app.chaos.copier",
+        description="One transactional copier of the client-level check; SIGTERM to stop.",
+    )
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--client", choices=(STREAMS_APP_CLIENT, AIOKAFKA_CLIENT), required=True)
+    p.add_argument("--source", required=True)
+    p.add_argument("--sink", required=True)
+    p.add_argument("--sink-partitions", type=int, required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--transactional-id", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--abort-ratio", type=float, default=1 / 3)
+    p.add_argument("--stats", type=Path, required=True, help="JSON file, rewritten every second")
+    return p
+
+
+async def _main(args: argparse.Namespace) -> None:
+    copier = Copier(
+        bootstrap=args.bootstrap,
+        client=args.client,
+        source=args.source,
+        sink=args.sink,
+        sink_partitions=args.sink_partitions,
+        group_id=args.group,
+        transactional_id=args.transactional_id,
+        rng=random.Random(args.seed),
+        abort_ratio=args.abort_ratio,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+
+    def dump() -> None:
+        args.stats.write_text(json.dumps(asdict(copier.stats)))
+
+    async def dump_every_second() -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            dump()
+
+    dumper = asyncio.create_task(dump_every_second())
+    try:
+        await copier.run(stop)
+    finally:
+        dumper.cancel()
+        dump()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    asyncio.run(_main(args))
+    return 0
+
+
+# -- the check -----------------------------------------------------------------------------
 
 
 @dataclass
@@ -91,237 +367,47 @@ class CopierResult:
         }
 
 
-class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, copier: Copier) -> None:
-        self.copier = copier
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        async with self.copier.lock:  # never in the middle of a transaction
-            self.copier.group = None
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        await self.copier.on_assigned(list(assigned))
-
-
-class Copier:
-    """One transactional copier: a consumer in the group and a transactional producer."""
-
-    def __init__(
-        self,
-        index: int,
-        *,
-        bootstrap: str,
-        client: str,
-        source: str,
-        sink: str,
-        sink_partitions: int,
-        group_id: str,
-        transactional_id: str,
-        result: CopierResult,
-        rng: random.Random,
-        abort_ratio: float,
-    ) -> None:
-        self.index = index
-        self.bootstrap = bootstrap
-        self.client = client
-        self.source = source
-        self.sink = sink
-        self.sink_partitions = sink_partitions
-        self.group_id = group_id
-        self.transactional_id = transactional_id
-        self.result = result
-        self.rng = rng
-        self.abort_ratio = abort_ratio
-        self.lock = asyncio.Lock()
-        self.group: GroupMetadata | None = None
-        self.committed: dict[TopicPartition, int] = {}
-        self.consumer: Any = None
-        self.producer: Any = None
-        self.task: asyncio.Task[None] | None = None
-        self._stop = asyncio.Event()
-        self._crash = False
-
-    # -- clients -------------------------------------------------------------------------
-
-    def _new_consumer(self) -> Any:
-        kwargs: dict[str, Any] = {
-            "bootstrap_servers": self.bootstrap,
-            "group_id": self.group_id,
-            "isolation_level": "read_committed",
-            "enable_auto_commit": False,
-            "auto_offset_reset": "earliest",
-            "session_timeout_ms": 6000,
-            "heartbeat_interval_ms": 1000,
-            "rebalance_timeout_ms": 60_000,
-            "max_poll_records": 300,
-            "client_id": f"copier-{self.index}",
-        }
-        if self.client == STREAMS_APP_CLIENT:
-            return StableConsumer(**kwargs)
-        return AIOKafkaConsumer(**kwargs)
-
-    def _new_producer(self) -> Any:
-        kwargs: dict[str, Any] = {
-            "bootstrap_servers": self.bootstrap,
-            "transactional_id": self.transactional_id,
-            "enable_idempotence": True,
-            "acks": "all",
-            "linger_ms": 5,
-            "max_batch_size": 4096,  # several batches in flight per transaction
-            "transaction_timeout_ms": 20_000,
-            "request_timeout_ms": 15_000,
-            "client_id": f"copier-{self.index}",
-        }
-        if self.client == STREAMS_APP_CLIENT:
-            return TransactionalProducer(**kwargs)
-        return AIOKafkaProducer(**kwargs)
-
-    async def _restart_producer(self) -> None:
-        if self.producer is not None:
-            with contextlib.suppress(Exception):
-                await self.producer.stop()
-        self.producer = self._new_producer()
-        await _retry(self.producer.start, "producer start")
-
-    # -- lifecycle -----------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._stop.clear()
-        self.task = asyncio.create_task(self._run(), name=f"copier-{self.index}")
-
-    async def stop(self) -> None:
-        self._stop.set()
-        if self.task is not None:
-            try:
-                await asyncio.wait_for(self.task, 60)
-            except TimeoutError:
-                self.task.cancel()
-            except Exception as exc:
-                log.warning("copier %d ended with %r", self.index, exc)
-            self.task = None
-
-    def crash_producer(self) -> None:
-        """In the next transaction, after its records are sent: drop the producer without
-        ending the transaction (a crash, as far as Kafka can tell) and start a new one with the
-        same transactional id, whose InitProducerId fences the old one and aborts its work."""
-        self._crash = True
-
-    async def _run(self) -> None:
-        self.consumer = self._new_consumer()
-        self.consumer.subscribe([self.source], listener=_Listener(self))
-        await _retry(self.consumer.start, "consumer start")
-        await self._restart_producer()
-        try:
-            while not self._stop.is_set():
-                try:
-                    batch = await self.consumer.getmany(timeout_ms=200, max_records=300)
-                except aerrors.KafkaError as exc:
-                    self.result.errors[f"fetch:{type(exc).__name__}"] += 1
-                    await asyncio.sleep(0.2)
-                    continue
-                if batch:
-                    await self._copy(batch)
-        finally:
-            with contextlib.suppress(Exception):
-                await self.consumer.stop()
-            with contextlib.suppress(Exception):
-                await self.producer.stop()
-
-    async def on_assigned(self, assigned: list[TopicPartition]) -> None:
-        async with self.lock:
-            consumer = self.consumer
-            if self.client == STREAMS_APP_CLIENT:
-                self.group = consumer.group_metadata()
-                found = await consumer.committed_offsets(assigned)
-            else:
-                # Plain aiokafka sends the group id alone (TxnOffsetCommit v0): a marker only.
-                self.group = GroupMetadata(self.group_id, -1, "")
-                found = {tp: await consumer.committed(tp) for tp in assigned}
-            self.committed = {}
-            for tp in assigned:
-                offset = found.get(tp)
-                self.committed[tp] = 0 if offset is None else int(offset)
-                consumer.seek(tp, self.committed[tp])
-
-    # -- one transaction ---------------------------------------------------------------------
-
-    async def _copy(self, batch: dict[TopicPartition, list[Any]]) -> None:
-        async with self.lock:
-            group = self.group
-            batch = {tp: recs for tp, recs in batch.items() if tp in self.committed}
-            if group is None or not batch:
-                return
-            offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items()}
-            abort = self.rng.random() < self.abort_ratio
-            producer = self.producer
-            try:
-                await producer.begin_transaction()
-                futures = []
-                for tp, records in batch.items():
-                    for record in records:
-                        futures.append(
-                            await producer.send(
-                                self.sink,
-                                key=record.key,
-                                value=record.value,
-                                partition=tp.partition % self.sink_partitions,
-                                headers=[("src", b"%d:%d" % (tp.partition, record.offset))],
-                            )
-                        )
-                if self._crash:
-                    self._crash = False
-                    await asyncio.gather(*futures, return_exceptions=True)
-                    await self._restart_producer()
-                    self._rewind()
-                    return
-                if self.client == STREAMS_APP_CLIENT:
-                    await producer.send_offsets_to_transaction(offsets, group)
-                else:
-                    await producer.send_offsets_to_transaction(offsets, self.group_id)
-                if abort:
-                    await producer.abort_transaction()
-                    self.result.transactions_aborted += 1
-                    self._rewind()
-                    return
-                await producer.commit_transaction()
-            except Exception as exc:
-                self.result.errors[type(exc).__name__] += 1
-                log.info("copier %d: transaction failed: %r", self.index, exc)
-                await self._recover()
-                return
-            self.result.transactions_committed += 1
-            self.committed.update(offsets)
-
-    def _rewind(self) -> None:
-        for tp, offset in self.committed.items():
-            with contextlib.suppress(Exception):
-                self.consumer.seek(tp, offset)
-
-    async def _recover(self) -> None:
-        """Abort if the producer can, else replace it; either way rewind to committed."""
-        try:
-            await asyncio.wait_for(self.producer.abort_transaction(), 30)
-            self.result.transactions_aborted += 1
-        except Exception as exc:
-            self.result.errors[f"abort:{type(exc).__name__}"] += 1
-            await self._restart_producer()
-        self._rewind()
-
-
-async def _retry(start: Callable[[], Awaitable[Any]], what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            await start()
-            return
-        except Exception as exc:
-            if time.monotonic() > deadline:
-                raise
-            log.info("%s failed (%r); retrying", what, exc)
-            await asyncio.sleep(1.0)
-
-
 BrokerFault = Callable[[str], Coroutine[Any, Any, None]]
+BROKER_BOUNCES = ("broker_kill", "txn_coordinator_kill", "group_coordinator_kill")
+CLIENT_BOUNCES = ("copier_kill", "copier_zombie", "copier_sigterm")
+
+
+class _Copiers:
+    """The copier processes of one check, and their stats files."""
+
+    def __init__(self, workdir: Path, argv: Callable[[int, Path], list[str]], count: int) -> None:
+        self.workdir = workdir
+        self._argv = argv
+        self.procs: list[WorkerProcess] = []
+        self.stats_files: list[Path] = []
+        for i in range(count):
+            self.procs.append(
+                WorkerProcess(
+                    "copier",
+                    state_dir=workdir,
+                    log_path=workdir / f"copier-{i}.log",
+                    name=f"copier-{i}",
+                    argv=[],
+                )
+            )
+        self._starts = [0] * count
+
+    def start(self, index: int) -> None:
+        self._starts[index] += 1
+        stats = self.workdir / f"copier-{index}-{self._starts[index]}.json"
+        self.stats_files.append(stats)
+        proc = self.procs[index]
+        proc.argv = self._argv(index, stats)
+        proc.start()
+
+    def add_stats(self, result: CopierResult) -> None:
+        for path in self.stats_files:
+            with contextlib.suppress(OSError, ValueError):
+                stats = json.loads(path.read_text())
+                result.transactions_committed += stats["committed"]
+                result.transactions_aborted += stats["aborted"]
+                for name, n in stats["errors"].items():
+                    result.errors[name] += n
 
 
 async def run_copier_check(
@@ -332,21 +418,21 @@ async def run_copier_check(
     records: int,
     duration: float,
     seed: int,
+    workdir: Path,
     copiers: int = 3,
     abort_ratio: float = 1 / 3,
     fault: BrokerFault | None = None,
     faults: int = 3,
     drain_timeout: float = 180.0,
 ) -> CopierResult:
-    """Run the workload once; ``fault(kind)`` bounces a broker (``kind`` is ``broker_kill``,
-    ``txn_coordinator_kill`` or ``group_coordinator_kill``; it receives the group and
-    transactional ids through the closure its caller made)."""
+    """Run the workload once. ``fault(kind)`` bounces a broker (``kind`` is one of
+    :data:`BROKER_BOUNCES`); ``faults`` of those strike, and the three copier bounces."""
     started = time.monotonic()
-    rng = random.Random(f"copier-{seed}")
     result = CopierResult(client=client)
     source, sink = f"copier-in-{suffix}", f"copier-out-{suffix}"
     group = f"copier-{suffix}"
     in_partitions, out_partitions = 6, 3
+    workdir.mkdir(parents=True, exist_ok=True)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -356,36 +442,42 @@ async def run_copier_check(
     finally:
         await admin.close()
 
-    workers = [
-        Copier(
-            i,
-            bootstrap=bootstrap,
-            client=client,
-            source=source,
-            sink=sink,
-            sink_partitions=out_partitions,
-            group_id=group,
-            transactional_id=f"{group}-{i}",
-            result=result,
-            rng=random.Random(f"copier-{seed}-{i}"),
-            abort_ratio=abort_ratio,
-        )
-        for i in range(copiers)
-    ]
-    for w in workers:
-        w.start()
-    reader = ConcurrentReader(bootstrap, [sink], value_of=lambda r: int(r.value))
-    reader.start()
+    def argv(index: int, stats: Path) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "streams_app.chaos.copier",
+            f"--bootstrap={bootstrap}",
+            f"--client={client}",
+            f"--source={source}",
+            f"--sink={sink}",
+            f"--sink-partitions={out_partitions}",
+            f"--group={group}",
+            f"--transactional-id={group}-{index}",
+            f"--seed={seed * 100 + index}",
+            f"--abort-ratio={abort_ratio}",
+            f"--stats={stats}",
+        ]
 
-    values_sent = await _seed_and_bounce(
-        bootstrap, source, records, duration, rng, workers, fault, faults, result
-    )
-    result.records = values_sent
-    result.drained = await _wait_drained(bootstrap, group, source, drain_timeout)
-    for w in workers:
-        await w.stop()
-    await reader.stop()
-    await _check(bootstrap, source, sink, group, values_sent, reader, result)
+    procs = _Copiers(workdir, argv, copiers)
+    reader = ConcurrentReader(bootstrap, [sink], value_of=lambda r: int(r.value))
+    try:
+        for i in range(copiers):
+            procs.start(i)
+        for proc in procs.procs:
+            await asyncio.to_thread(proc.wait_for_log, ASSIGNED, 120.0)
+        reader.start()
+        result.records = await _seed_and_bounce(
+            bootstrap, source, records, duration, random.Random(seed), procs, fault, faults, result
+        )
+        result.drained = await _wait_drained(bootstrap, group, source, drain_timeout)
+    finally:
+        for proc in procs.procs:
+            if proc.running:
+                await asyncio.to_thread(proc.terminate, 60.0)
+        await reader.stop()
+    procs.add_stats(result)
+    await _check(bootstrap, source, sink, group, result.records, reader, result)
     result.seconds = time.monotonic() - started
     return result
 
@@ -396,18 +488,16 @@ async def _seed_and_bounce(
     records: int,
     duration: float,
     rng: random.Random,
-    workers: list[Copier],
+    procs: _Copiers,
     fault: BrokerFault | None,
     faults: int,
     result: CopierResult,
 ) -> int:
-    """Write ``records`` unique integers over ``duration`` seconds; bounce brokers and crash a
-    copier at evenly spread points meanwhile."""
-    kinds = ["broker_kill", "txn_coordinator_kill", "group_coordinator_kill"]
-    events: list[tuple[float, str]] = [
-        ((i + 1) * duration / (faults + 2), kinds[i % len(kinds)]) for i in range(faults)
-    ]
-    events.append((duration * (faults + 1) / (faults + 2), "copier_crash"))
+    """Write ``records`` unique integers over ``duration`` seconds; bounce brokers and copiers
+    at evenly spread points meanwhile (a broker bounce runs beside the writes)."""
+    kinds = [BROKER_BOUNCES[i % len(BROKER_BOUNCES)] for i in range(faults)] + list(CLIENT_BOUNCES)
+    rng.shuffle(kinds)
+    events = [((i + 1) * duration / (len(kinds) + 1), kind) for i, kind in enumerate(kinds)]
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
     await producer.start()
     started = time.monotonic()
@@ -421,8 +511,9 @@ async def _seed_and_bounce(
             while events and time.monotonic() - started >= events[0][0]:
                 _, kind = events.pop(0)
                 result.faults[kind] += 1
-                if kind == "copier_crash":
-                    workers[rng.randrange(len(workers))].crash_producer()
+                if kind in CLIENT_BOUNCES:
+                    index = rng.randrange(len(procs.procs))
+                    pending.append(asyncio.create_task(_bounce_copier(procs, index, kind)))
                 elif fault is not None:
                     pending.append(asyncio.create_task(fault(kind)))
             futures = []
@@ -438,6 +529,20 @@ async def _seed_and_bounce(
     finally:
         await producer.stop()
     return sent
+
+
+async def _bounce_copier(procs: _Copiers, index: int, kind: str) -> None:
+    proc = procs.procs[index]
+    if kind == "copier_zombie":
+        proc.pause()  # past the session timeout, below the transaction timeout (20 s)
+        await asyncio.sleep(SESSION_TIMEOUT + 4.0)
+        proc.resume()
+        return
+    if kind == "copier_kill":
+        await asyncio.to_thread(proc.kill)
+    else:
+        await asyncio.to_thread(proc.terminate, 60.0)
+    procs.start(index)
 
 
 async def _wait_drained(bootstrap: str, group: str, source: str, timeout: float) -> bool:
@@ -495,35 +600,33 @@ async def _check(
     lost = [v for v in range(records) if counts[v] == 0]
     result.add("lost_write", len(lost), f"value {lost[0]} never copied" if lost else None)
     # What the concurrent reader saw must be exactly what is committed, offset for offset.
-    consumer: Any = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
-    await consumer.start()
-    try:
-        for (topic, partition), offsets in reader.offsets.items():
-            committed = final.get(partition, {})
-            values = reader.values.get((topic, partition), ())
-            for offset, value in zip(offsets, values, strict=True):
-                if offset not in committed:
-                    result.add(
-                        "aborted_read",
-                        1,
-                        f"{topic}[{partition}]@{offset} read during the run, not committed",
-                    )
-                elif committed[offset] != value:
-                    result.add(
-                        "inconsistent_offset",
-                        1,
-                        f"{topic}[{partition}]@{offset}: {value} during the run, "
-                        f"{committed[offset]} at the end",
-                    )
-        tps = await partitions_of(consumer, [source])
-        ends = await consumer.end_offsets(tps)
-    finally:
-        await consumer.stop()
+    for (topic, partition), offsets in reader.offsets.items():
+        committed = final.get(partition, {})
+        values = reader.values.get((topic, partition), ())
+        for offset, value in zip(offsets, values, strict=True):
+            if offset not in committed:
+                result.add(
+                    "aborted_read",
+                    1,
+                    f"{topic}[{partition}]@{offset} read during the run, not committed",
+                )
+            elif committed[offset] != value:
+                result.add(
+                    "inconsistent_offset",
+                    1,
+                    f"{topic}[{partition}]@{offset}: {value} during the run, "
+                    f"{committed[offset]} at the end",
+                )
+    consumer: Any = AIOKafkaConsumer(bootstrap_servers=bootstrap)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await consumer.start()
     await admin.start()
     try:
+        tps = await partitions_of(consumer, [source])
+        ends = await consumer.end_offsets(tps)
         found = await admin.list_consumer_group_offsets(group, partitions=tps)
     finally:
+        await consumer.stop()
         await admin.close()
     for tp in tps:
         offset = found[tp].offset if tp in found else -1
@@ -533,3 +636,7 @@ async def _check(
                 1,
                 f"{tp.topic}[{tp.partition}]: committed {offset}, end {ends[tp]}",
             )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -367,19 +367,21 @@ async def run_client_check(
     await locator.start()
     group = f"copier-{suffix}"
     kill_order = iter(range(10_000))
+    one_at_a_time = asyncio.Lock()
 
     async def bounce(kind: str) -> None:
-        await wait_fully_replicated(bootstrap, 90.0)
-        if kind == BROKER_KILL:
-            node = next(kill_order) % len(cluster.nodes) + 1
-        elif kind == GROUP_COORDINATOR_KILL:
-            node = await locator.group_coordinator(group)
-        else:
-            node = await locator.transaction_coordinator(f"{group}-0")
-        log.info("client check: %s -> broker %d", kind, node)
-        await asyncio.to_thread(cluster.kill_node, node)
-        await asyncio.sleep(3.0)
-        await asyncio.to_thread(cluster.start_node, node)
+        async with one_at_a_time:  # never two brokers down
+            await wait_fully_replicated(bootstrap, 90.0)
+            if kind == BROKER_KILL:
+                node = next(kill_order) % len(cluster.nodes) + 1
+            elif kind == GROUP_COORDINATOR_KILL:
+                node = await locator.group_coordinator(group)
+            else:
+                node = await locator.transaction_coordinator(f"{group}-0")
+            log.info("client check: %s -> broker %d", kind, node)
+            await asyncio.to_thread(cluster.kill_node, node)
+            await asyncio.sleep(3.0)
+            await asyncio.to_thread(cluster.start_node, node)
 
     try:
         return await run_copier_check(
@@ -389,6 +391,7 @@ async def run_client_check(
             records=config.client_records,
             duration=config.client_duration,
             seed=config.seed,
+            workdir=config.workdir.resolve() / f"copier-{suffix}",
             fault=bounce,
             faults=config.client_faults,
         )
