@@ -152,12 +152,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         ):
             print(fault.describe())
         return 0
-    print(
-        f"chaos: seed {config.seed} (replay with --seed {config.seed}); {config.records:,} "
-        f"records and {config.faults} faults over {config.duration:g}s; systems "
-        f"{', '.join(config.systems)}",
-        flush=True,
+    sizes = {
+        STREAMS_APP: (config.records, config.faults, config.duration),
+        FAUST: (
+            config.faust_records,
+            config.faults if config.faust_faults is None else config.faust_faults,
+            config.faust_duration or config.duration,
+        ),
+    }
+    plan = "; ".join(
+        f"{name}: {sizes[name][0]:,} records, {sizes[name][1]} faults over {sizes[name][2]:g}s"
+        for name in config.systems
     )
+    print(f"chaos: seed {config.seed} (replay with --seed {config.seed}); {plan}", flush=True)
     started = time.monotonic()
     cluster = EmbeddedKafka(3).start()
     try:

@@ -14,7 +14,7 @@ from streams_app.chaos.systems import FAUST, STREAMS_APP
 class ChaosConfig:
     #: Input records for streams_app, spread over ``duration`` seconds.
     records: int = 1_000_000
-    duration: float = 600.0
+    duration: float = 900.0
     #: Faults per system, spread over the duration.
     faults: int = 30
     #: Replay a run with its seed (printed at the start and stored in the results).
