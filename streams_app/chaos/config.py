@@ -35,7 +35,7 @@ class ChaosConfig:
     faust_records: int = 30_000
     faust_duration: float | None = None
     faust_faults: int | None = None
-    faust_time_limit: float = 1800.0
+    faust_time_limit: float = 2400.0
     #: Invariant 11: the client-level copier workload (per system's client layer).
     client_check: bool = True
     client_records: int = 60_000

@@ -148,6 +148,16 @@ class FaultInjector:
                 worker.start()
             record.resume_seconds = await resumed
             return
+        if kind == kinds.BROKER_PAUSE:
+            node = fault.node
+            record.target = f"broker {node}"
+            self.cluster.node(node).pause()
+            struck = time.monotonic()
+            resumed = asyncio.create_task(self.monitor.wait_resumed(struck, self.resume_timeout))
+            await asyncio.sleep(fault.down)
+            self.cluster.node(node).resume()
+            record.resume_seconds = await resumed
+            return
         if kind == kinds.BROKER_KILL:
             node = fault.node
         elif kind == kinds.TXN_COORDINATOR_KILL:

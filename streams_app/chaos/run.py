@@ -193,8 +193,11 @@ async def run_system(
             session_timeout=config.session_timeout,
             transaction_timeout=system.transaction_timeout,
         )
+        # Long enough to measure a resume well past the liveness bound (which also counts the
+        # longest restore, known only at the end), short enough that a system that never
+        # resumes does not eat the run.
         resume_timeout = (
-            config.session_timeout + system.transaction_timeout + config.liveness_grace + 60.0
+            config.session_timeout + system.transaction_timeout + config.liveness_grace + 30.0
         )
         injector = FaultInjector(
             cluster,

@@ -24,9 +24,11 @@ STATE_WIPE = "state_wipe"
 BROKER_KILL = "broker_kill"
 TXN_COORDINATOR_KILL = "txn_coordinator_kill"
 GROUP_COORDINATOR_KILL = "group_coordinator_kill"
+#: SIGSTOP a broker (its connections hang, its session expires), then SIGCONT.
+BROKER_PAUSE = "broker_pause"
 
 WORKER_FAULTS = (SIGTERM, SIGKILL, ZOMBIE, STATE_WIPE)
-BROKER_FAULTS = (BROKER_KILL, TXN_COORDINATOR_KILL, GROUP_COORDINATOR_KILL)
+BROKER_FAULTS = (BROKER_KILL, TXN_COORDINATOR_KILL, GROUP_COORDINATOR_KILL, BROKER_PAUSE)
 KINDS = WORKER_FAULTS + BROKER_FAULTS
 
 DESCRIPTIONS = {
@@ -37,6 +39,7 @@ DESCRIPTIONS = {
     BROKER_KILL: "SIGKILL a random broker, restart it",
     TXN_COORDINATOR_KILL: "SIGKILL the broker coordinating a worker's transactions, restart it",
     GROUP_COORDINATOR_KILL: "SIGKILL the group coordinator broker, restart it",
+    BROKER_PAUSE: "SIGSTOP a random broker (hung connections, expired session), then SIGCONT",
 }
 
 DEFAULT_MIX: dict[str, float] = {
@@ -47,6 +50,7 @@ DEFAULT_MIX: dict[str, float] = {
     BROKER_KILL: 1.0,
     TXN_COORDINATOR_KILL: 1.0,
     GROUP_COORDINATOR_KILL: 1.0,
+    BROKER_PAUSE: 1.0,
 }
 
 
@@ -58,13 +62,14 @@ class Fault:
     at: float
     #: The worker it hits (worker faults; for coordinator faults, whose transactions).
     worker: int
-    #: A broker node id (broker_kill only; coordinators are looked up when the fault fires).
+    #: A broker node id (broker_kill, broker_pause; coordinators are looked up when it fires).
     node: int
     #: How long the victim stays down (stopped worker, dead broker) or frozen (zombie).
     down: float
 
     def describe(self) -> str:
-        target = f"node {self.node}" if self.kind == BROKER_KILL else f"worker {self.worker}"
+        by_node = self.kind in (BROKER_KILL, BROKER_PAUSE)
+        target = f"node {self.node}" if by_node else f"worker {self.worker}"
         return f"#{self.index} {self.kind} ({target}, {self.down:.1f}s down) at {self.at:.1f}s"
 
     def asdict(self) -> dict[str, Any]:
