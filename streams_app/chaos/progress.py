@@ -86,12 +86,16 @@ class ProgressMonitor:
         started = time.monotonic()
         ends = await self._consumer.end_offsets(self._tps)
         found = await self._admin.list_consumer_group_offsets(self.group_id, partitions=self._tps)
-        self.ends = {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
-        self.committed = {
+        committed = {
             (tp.topic, tp.partition): int(meta.offset)
             for tp, meta in found.items()
             if meta is not None and meta.offset >= 0
         }
+        if set(self.committed) - set(committed):
+            # A coordinator moving answers without some offsets it has: not an answer.
+            raise RuntimeError("the group's offsets came back incomplete")
+        self.ends = {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
+        self.committed = committed
         if not self.history or self.history[-1][1:] != (self.committed, self.ends):
             self.history.append((started, dict(self.committed), dict(self.ends)))
         # What was read is at least as new as the moment the poll started.
