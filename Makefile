@@ -31,7 +31,7 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## chaos: the long exactly-once fault suite (see `streams-app chaos --help` for options)
+## chaos: the long exactly-once fault suite (see `python -m streams_app.chaos --help` for options)
 chaos: setup
 	$(BIN)/python -m streams_app.chaos $(CHAOS_ARGS)
 

@@ -127,6 +127,7 @@ class EmbeddedKafka:
         self.nodes: dict[int, KafkaNode] = {}
         self.started_at: float | None = None
         self.ready_seconds: float | None = None
+        self.format_seconds: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -193,3 +193,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         broker = item.config.stash.get(_BROKER_KEY, None)
         if broker is not None:
             report.sections.append(("kafka broker log", broker.log_tails(40)))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Report how long the embedded brokers took to start, the figures the README quotes."""
+    lines = []
+    started = (
+        ("single broker", config.stash.get(_BROKER_KEY, None)),
+        ("3-node cluster", config.stash.get(_CLUSTER_KEY, None)),
+    )
+    for label, kafka in started:
+        if isinstance(kafka, EmbeddedKafka) and kafka.ready_seconds is not None:
+            lines.append(
+                f"{label}: format {kafka.format_seconds:.1f}s + start-to-ready "
+                f"{kafka.ready_seconds:.1f}s"
+            )
+    if lines:
+        terminalreporter.section("embedded kafka timings")
+        for line in lines:
+            terminalreporter.write_line(line)
