@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 
 @dataclass(frozen=True)
@@ -130,3 +131,44 @@ async def last_stable_equals_high_watermark(
     finally:
         await committed.stop()
         await uncommitted.stop()
+
+
+async def group_lag(
+    bootstrap: str,
+    group_id: str,
+    topics: Collection[str],
+    *,
+    security: dict[str, Any] | None = None,
+) -> dict[tuple[str, int], int]:
+    """Per input partition, how far the group's committed offset is behind the end offset.
+
+    An empty answer means everything written to ``topics`` so far has been processed and
+    committed: the worker commits the position after the transaction markers (see
+    ``Worker._sync_positions``), so a drained partition has committed == end exactly.
+    """
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **(security or {})
+    )
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **(security or {}))
+    await consumer.start()
+    try:
+        await admin.start()
+        tps: list[TopicPartition] = []
+        for topic in topics:
+            partitions = consumer.partitions_for_topic(topic)
+            if partitions is None:
+                await consumer._client.force_metadata_update()
+                partitions = consumer.partitions_for_topic(topic) or set()
+            tps.extend(TopicPartition(topic, p) for p in sorted(partitions))
+        ends = await consumer.end_offsets(tps)
+        found = await admin.list_consumer_group_offsets(group_id, partitions=tps)
+        lag: dict[tuple[str, int], int] = {}
+        for tp in tps:
+            meta = found.get(tp)
+            committed = meta.offset if meta is not None and meta.offset >= 0 else 0
+            if ends[tp] > committed:
+                lag[(tp.topic, tp.partition)] = ends[tp] - committed
+        return lag
+    finally:
+        await consumer.stop()
+        await admin.close()

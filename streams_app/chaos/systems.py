@@ -36,6 +36,20 @@ class Topics:
     #: Table name (sum, min, cnt, max) -> its changelog topic.
     changelogs: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, suffix: str, app: str, repartition: str) -> Topics:
+        """The EOS test topics: named alike for both systems, all but the repartition topic."""
+        return cls(
+            data=f"data-{suffix}",
+            echo=f"echo-{suffix}",
+            sum=f"sum-{suffix}",
+            min=f"min-{suffix}",
+            cnt=f"cnt-{suffix}",
+            max=f"max-{suffix}",
+            repartition=repartition,
+            changelogs={t: f"{app}-{t}-changelog" for t in TABLES},
+        )
+
     @property
     def external(self) -> list[str]:
         """Topics the run creates before any worker starts (the app creates its own)."""
@@ -135,16 +149,7 @@ class StreamsAppSystem(System):
         app = f"eos-test-{suffix}"
         self.app_id = app
         self.group_id = app
-        self.topics = Topics(
-            data=f"data-{suffix}",
-            echo=f"echo-{suffix}",
-            sum=f"sum-{suffix}",
-            min=f"min-{suffix}",
-            cnt=f"cnt-{suffix}",
-            max=f"max-{suffix}",
-            repartition=f"{app}-maximum-bucket-repartition",
-            changelogs={t: f"{app}-{t}-changelog" for t in TABLES},
-        )
+        self.topics = Topics.of(suffix, app, repartition=f"{app}-maximum-bucket-repartition")
 
     def worker(self, index: int) -> WorkerProcess:
         s = self.settings
@@ -212,15 +217,8 @@ class FaustSystem(System):
         app = f"eos-faust-{suffix}"
         self.app_id = app
         self.group_id = app
-        self.topics = Topics(
-            data=f"data-{suffix}",
-            echo=f"echo-{suffix}",
-            sum=f"sum-{suffix}",
-            min=f"min-{suffix}",
-            cnt=f"cnt-{suffix}",
-            max=f"max-{suffix}",
-            repartition=f"{self.module}.maximum-data-{suffix}-bucket-repartition",
-            changelogs={t: f"{app}-{t}-changelog" for t in TABLES},
+        self.topics = Topics.of(
+            suffix, app, repartition=f"{self.module}.maximum-data-{suffix}-bucket-repartition"
         )
 
     @property

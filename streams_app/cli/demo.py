@@ -3,8 +3,9 @@
 1. start the embedded Kafka broker (jars from Maven Central, cached);
 2. start a worker process on ``topologies.orders`` (exactly-once v2);
 3. feed restocks and orders;
-4. read ``inventory`` and ``notifications`` back ``read_committed`` and check every order shows up
-   exactly once, with the right stock;
+4. wait until the group has committed both inputs, then read ``inventory``, ``notifications`` and
+   the stock changelog back ``read_committed`` and check every order shows up exactly once, with
+   the right stock;
 5. stop the worker with SIGTERM (graceful: last commit, stores closed) and the broker.
 """
 
@@ -15,6 +16,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from streams_app.broker import EmbeddedKafka
 from streams_app.errors import StreamsAppError
-from streams_app.readback import read_topics
+from streams_app.readback import group_lag, read_topics
 
 ITEMS = ("apple", "banana", "cherry", "damson", "elder")
 
@@ -111,19 +113,20 @@ async def _demo(tmp: Path, n_orders: int, seed: int) -> int:
             for order in order_list:
                 await producer.send(orders, key=order.item, value=order)
 
-        _say("4. Reading inventory and notifications back, read_committed...")
+        _say("4. Waiting until the group has committed every order and restock...")
+        # Done means the group's committed offsets reached the end of both inputs; counting
+        # output records would not do: restocks make none, and may be processed last.
         deadline = time.monotonic() + 120
-        while True:
-            results = await read_topics(
-                kafka.bootstrap_servers, ["inventory", "notifications", "orders-stock-changelog"]
-            )
-            done = (
-                len(results["inventory"]) >= n_orders and len(results["notifications"]) >= n_orders
-            )
-            if done or time.monotonic() > deadline:
+        while lag := await group_lag(kafka.bootstrap_servers, app.conf.id, ["orders", "restocks"]):
+            if time.monotonic() > deadline:
+                _say(f"   still behind after 120s: {sum(lag.values())} records ({lag})")
                 break
-            await asyncio.sleep(0.5)
-        ok = _report(results, order_list, stock_in)
+            await asyncio.sleep(0.25)
+        _say("   reading inventory, notifications and the stock changelog back, read_committed...")
+        results = await read_topics(
+            kafka.bootstrap_servers, ["inventory", "notifications", "orders-stock-changelog"]
+        )
+        ok = _report(results, order_list, stock_in) and not lag
 
         _say("5. Stopping the worker (SIGTERM: finish the batch, commit, close the stores)...")
         worker.send_signal(signal.SIGTERM)
@@ -132,6 +135,11 @@ async def _demo(tmp: Path, n_orders: int, seed: int) -> int:
         if code != 0:
             _say((tmp / "worker.log").read_text()[-3000:])
             ok = False
+        if not ok:
+            kept = Path(".demo") / "worker.log"
+            kept.parent.mkdir(exist_ok=True)
+            shutil.copyfile(tmp / "worker.log", kept)
+            _say(f"   the worker's log is kept in {kept}")
         _say(
             f"Done in {time.monotonic() - t0:.1f}s: "
             + ("every order counted exactly once." if ok else "MISMATCH (see above).")
