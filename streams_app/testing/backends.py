@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from streams_app.testing.clock import ManualClock
 from streams_app.testing.faults import Names
-from streams_app.testing.memory import MemoryKafka
+from streams_app.testing.memory import MemoryKafka, MemoryRecord
 from streams_app.transport.base import (
     ProducerConfig,
     RecordLike,
@@ -30,17 +30,6 @@ class RawInput:
     headers: tuple[tuple[str, bytes], ...] = ()
     timestamp: int | None = None
     partition: int | None = None
-
-
-@dataclass(slots=True)
-class _Read:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: Sequence[tuple[str, bytes]]
 
 
 @dataclass(frozen=True)
@@ -268,7 +257,7 @@ class KafkaBackend(Backend):
             security=self._security or None,
         )
         out: list[RecordLike] = [
-            _Read(topic, r.partition, r.offset, r.timestamp, r.key, r.value, r.headers)
+            MemoryRecord(topic, r.partition, r.offset, r.timestamp, r.key, r.value, r.headers)
             for r in data[name]
         ]
         return out
