@@ -78,6 +78,14 @@ def _headers(record: Any) -> dict[str, bytes]:
     return {k: v for k, v in record.headers}
 
 
+def _source(h: Mapping[str, bytes]) -> tuple[int, int] | None:
+    """The (source partition, source offset) the lineage headers name, if they are there."""
+    try:
+        return int(h["src_partition"]), int(h["src_offset"])
+    except (KeyError, ValueError):
+        return None
+
+
 class _Lineage:
     """Per output topic: where each record came from, and what that says."""
 
@@ -302,11 +310,11 @@ class Verifier:
             lin.records += 1
             h = _headers(record)
             where = f"{name}[{record.partition}]@{record.offset}"
-            try:
-                sp, so = int(h["src_partition"]), int(h["src_offset"])
-            except (KeyError, ValueError):
+            source = _source(h)
+            if source is None:
                 problems.append(f"{where} has no lineage headers")
                 return
+            sp, so = source
             if h.get("src_topic", data_topic.encode()) != data_topic.encode() or sp not in keys:
                 problems.append(f"{where} comes from {h.get('src_topic')!r}[{sp}]")
                 return
@@ -441,11 +449,11 @@ class Verifier:
             lin.records += 1
             h = _headers(record)
             where = f"max[{record.partition}]@{record.offset}"
-            try:
-                rp, ro = int(h["src_partition"]), int(h["src_offset"])
-            except (KeyError, ValueError):
+            source = _source(h)
+            if source is None:
                 problems.append(f"{where} has no lineage headers")
                 return
+            rp, ro = source
             offsets = self.rep_offsets.get(rp)
             i = bisect.bisect_left(offsets, ro) if offsets is not None else -1
             if (

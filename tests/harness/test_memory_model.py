@@ -18,18 +18,9 @@ from streams_app.testing import (
 )
 from streams_app.testing.memory import MemoryConsumer
 from streams_app.transport.base import ConsumerConfig, ProducerConfig, TopicPartition
+from tests.harness.test_count import KEYS
+from tests.harness.test_count import running_counts as running
 from topologies import count
-
-KEYS = ["a", "b", "a", "c", "a", "b", "d", "a"]
-
-
-def running(keys: list[str]) -> list[tuple[str, int]]:
-    seen: Counter[str] = Counter()
-    out = []
-    for key in keys:
-        seen[key] += 1
-        out.append((key, seen[key]))
-    return out
 
 
 class Listener:

@@ -664,14 +664,7 @@ class MemoryProducer(_Client):
         if self._fenced is not None:
             raise ProducerFencedError(str(self._fenced))
         self._check_sends()
-        try:
-            state = self.broker.check_epoch(tid, self.producer_id, self.epoch)
-        except ProducerFencedError as exc:
-            raise self._fence(exc) from None
-        if state.current is not None:
-            self.broker.end_transaction(state.current, commit=True)
-        self._in_transaction = False
-        self._futures = []
+        self._end_transaction(tid, commit=True)
 
     async def abort_transaction(self) -> None:
         """Abort the open transaction; a no-op when none is open."""
@@ -681,12 +674,16 @@ class MemoryProducer(_Client):
             raise ProducerFencedError(str(self._fenced))
         if not self._in_transaction:
             return
+        self._end_transaction(tid, commit=False)
+
+    def _end_transaction(self, tid: str, *, commit: bool) -> None:
+        """EndTxn: the coordinator checks our epoch first, so a fenced producer ends nothing."""
         try:
             state = self.broker.check_epoch(tid, self.producer_id, self.epoch)
         except ProducerFencedError as exc:
             raise self._fence(exc) from None
         if state.current is not None:
-            self.broker.end_transaction(state.current, commit=False)
+            self.broker.end_transaction(state.current, commit=commit)
         self._in_transaction = False
         self._futures = []
 
