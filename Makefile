@@ -46,6 +46,7 @@ pipeline: setup
 lint: $(STAMP)
 	$(BIN)/ruff check streams_app topologies tests benchmarks
 	$(BIN)/ruff format --check streams_app topologies tests benchmarks
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -6,6 +6,7 @@ records and offsets, zombies fenced by consumer-group generation (KIP-447).
 """
 
 from streams_app.app import Agent, App, Settings, Stream, Table, Topic
+from streams_app.app.context import Event
 from streams_app.errors import (
     BrokerUnavailable,
     ConfigError,
@@ -13,7 +14,6 @@ from streams_app.errors import (
     TopologyError,
     WorkerStopped,
 )
-from streams_app.runtime.context import Event
 
 __version__ = "0.1.0"
 

@@ -2,9 +2,9 @@
 
 from streams_app.app.agent import Agent
 from streams_app.app.app import App, StandaloneProducer
-from streams_app.app.settings import Settings
 from streams_app.app.stream import Stream
 from streams_app.app.table import Table
 from streams_app.app.topic import Topic
+from streams_app.settings import Settings
 
 __all__ = ["Agent", "App", "Settings", "StandaloneProducer", "Stream", "Table", "Topic"]

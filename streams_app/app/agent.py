@@ -6,13 +6,13 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from streams_app.app.context import current_event
 from streams_app.app.topic import Topic
-from streams_app.runtime.context import current_event
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
+    from streams_app.app.context import SendFuture
     from streams_app.app.stream import Stream
-    from streams_app.runtime.producer import SendFuture
 
 AgentFun: TypeAlias = Callable[["Stream"], Awaitable[Any] | AsyncIterator[Any]]
 Sink: TypeAlias = "Topic | Agent | Callable[[Any], Any]"

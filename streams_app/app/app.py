@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streams_app.app.agent import Agent, AgentFun, Sink
-from streams_app.app.settings import Settings
 from streams_app.app.table import Table
 from streams_app.app.topic import Topic
 from streams_app.codecs import Codec, CodecSpec
+from streams_app.settings import Settings
 from streams_app.transport.base import ProducerConfig, RecordMetadataLike, Transport
 
 if TYPE_CHECKING:

@@ -12,18 +12,28 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from streams_app.runtime.context import Event, current_event
+from streams_app.app.context import Event, current_event
 
-if TYPE_CHECKING:
-    from streams_app.runtime.actor import Actor
+
+class StreamOwner(Protocol):
+    """The runtime's side of a stream: what ``group_by`` asks it to do."""
+
+    def regroup(
+        self,
+        stream: Stream,
+        key: Callable[[Any], Any],
+        *,
+        name: str | None,
+        partitions: int | None,
+    ) -> Stream: ...
 
 
 class Stream:
     """An agent's view of its input: values, ``items()`` or ``events()``."""
 
-    def __init__(self, actor: Actor, topic: str) -> None:
+    def __init__(self, actor: StreamOwner, topic: str) -> None:
         self._actor = actor
         self.topic = topic
         self._inbox: deque[Event] = deque()

@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from streams_app.app.context import TaskScope, current_event, current_runtime
 from streams_app.codecs import Codec, CodecSpec, resolve_codec
 from streams_app.errors import TopologyError
-from streams_app.runtime.context import current_event
 from streams_app.state.base import DELETED, PartitionTransaction
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
-    from streams_app.runtime.task import Task
 
 _MISSING: Any = object()
 
@@ -112,14 +111,12 @@ class Table(MutableMapping[Any, Any]):
 
     def local_items(self) -> Iterator[tuple[Any, Any]]:
         """Committed items of every partition this worker holds (e.g. for a status page)."""
-        from streams_app.runtime.worker import current_worker
-
-        worker = current_worker.get()
-        if worker is None:
+        runtime = current_runtime.get()
+        if runtime is None:
             return iter(())
-        return worker.table_items(self)
+        return runtime.table_items(self)
 
-    def task_transaction(self, task: Task) -> PartitionTransaction:
+    def task_transaction(self, task: TaskScope) -> PartitionTransaction:
         tx = task.tables.get(self.name)
         return tx if tx is not None else task.open_table(self)
 

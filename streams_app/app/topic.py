@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from streams_app.app.context import SendFuture, current_runtime
 from streams_app.codecs import Codec, CodecSpec, resolve_codec
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
-    from streams_app.runtime.producer import SendFuture
-    from streams_app.runtime.worker import Worker
-
-#: ``streams_app.runtime.worker.current_worker``, looked up on the first send (an import
-#: statement in ``send`` would cost a microsecond on every record).
-_current_worker: ContextVar[Worker | None] | None = None
 
 
 class Topic:
@@ -63,18 +57,13 @@ class Topic:
         and visible to ``read_committed`` readers, when the transaction commits.
         Outside a worker use ``async with app.producer() as producer`` instead.
         """
-        global _current_worker
-        if _current_worker is None:  # imported late: the worker module imports this one
-            from streams_app.runtime.worker import current_worker
-
-            _current_worker = current_worker
-        worker = _current_worker.get()
-        if worker is None:
+        runtime = current_runtime.get()
+        if runtime is None:
             raise RuntimeError(
                 f"{self.name}.send() called outside a running worker; to feed a topic from a "
                 "script use `async with app.producer() as producer: await producer.send(...)`"
             )
-        return await worker.send(
+        return await runtime.send(
             self,
             key=key,
             value=value,

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from streams_app.app.context import Event, current_event, current_runtime
 from streams_app.app.stream import Stream
-from streams_app.runtime.context import Event, current_event
 
 if TYPE_CHECKING:
     from streams_app.app.agent import Agent
@@ -92,11 +92,9 @@ class Forwarder:
         self.source = source
 
     async def forward(self, event: Event) -> None:
-        from streams_app.runtime.worker import current_worker
-
-        worker = current_worker.get()
-        assert worker is not None
-        await worker.send(self.target, key=self.key(event.value), value=event.value)
+        runtime = current_runtime.get()
+        assert runtime is not None
+        await runtime.send(self.target, key=self.key(event.value), value=event.value)
 
 
 class AgentRunner:

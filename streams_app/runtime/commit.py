@@ -41,11 +41,11 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from streams_app.app.settings import AT_LEAST_ONCE, AT_MOST_ONCE, EXACTLY_ONCE_V2
 from streams_app.runtime.clock import Clock
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.task import Task
 from streams_app.runtime.task_manager import TaskManager
+from streams_app.settings import AT_LEAST_ONCE, AT_MOST_ONCE, EXACTLY_ONCE_V2
 from streams_app.transport.base import ConsumerClient, GroupMetadata, TopicPartition
 from streams_app.transport.errors import (
     CommitFailedError,

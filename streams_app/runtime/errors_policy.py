@@ -19,9 +19,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from streams_app.app.settings import Settings
+from streams_app.app.context import Event
 from streams_app.errors import TopologyError
-from streams_app.runtime.context import Event
+from streams_app.settings import Settings
 
 #: Dead-letter record headers (values are UTF-8).
 H_ERROR_TYPE = "dlq.error.type"

@@ -21,7 +21,7 @@ transactions that will abort.
 
 from __future__ import annotations
 
-from streams_app.app.settings import AT_MOST_ONCE, EXACTLY_ONCE_V2, Settings
+from streams_app.settings import AT_MOST_ONCE, EXACTLY_ONCE_V2, Settings
 from streams_app.transport.base import ConsumerConfig, ProducerConfig
 
 

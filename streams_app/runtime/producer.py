@@ -32,8 +32,9 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
+from streams_app.app.context import SendFuture
 from streams_app.runtime.clock import Cancellable, Clock, SystemClock
 from streams_app.transport.base import (
     AppendedRecord,
@@ -67,24 +68,6 @@ class SentRecord:
 
     def __repr__(self) -> str:
         return f"SentRecord({self.topic!r}, {self.partition}, offset={self.offset})"
-
-
-class SendFuture(Protocol):
-    """What a send returns: awaitable, and inspectable like an ``asyncio.Future``.
-
-    Records sent through a batch get a :class:`RecordFuture`; the record-by-record path returns
-    the client's own future. Both resolve to where the record landed once it is acknowledged.
-    """
-
-    def done(self) -> bool: ...
-
-    def cancelled(self) -> bool: ...
-
-    def result(self) -> RecordMetadataLike: ...
-
-    def exception(self) -> BaseException | None: ...
-
-    def __await__(self) -> Generator[Any, None, RecordMetadataLike]: ...
 
 
 class _Batch:

@@ -16,8 +16,8 @@ from streams_app.state.base import PartitionTransaction, Store
 from streams_app.transport.base import TopicPartition
 
 if TYPE_CHECKING:
+    from streams_app.app.context import SendFuture
     from streams_app.app.table import Table
-    from streams_app.runtime.producer import SendFuture
 
 
 class TaskId(NamedTuple):

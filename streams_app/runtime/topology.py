@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from streams_app.app.settings import Settings
 from streams_app.errors import TopologyError
+from streams_app.settings import Settings
 from streams_app.transport.base import AdminClient, TopicSpec
 
 if TYPE_CHECKING:

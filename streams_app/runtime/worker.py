@@ -13,28 +13,27 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streams_app.app.settings import AT_MOST_ONCE, Settings
+from streams_app.app.context import Event, SendFuture, current_event, current_runtime
 from streams_app.codecs import DecodeError
 from streams_app.errors import WorkerStopped
 from streams_app.runtime import guarantees
 from streams_app.runtime.actor import AgentRunner
 from streams_app.runtime.clock import Clock, SystemClock
 from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN, Committer
-from streams_app.runtime.context import Event, current_event
 from streams_app.runtime.errors_policy import (
     Decision,
     ErrorPolicy,
     Failure,
     dead_letter_headers,
 )
-from streams_app.runtime.producer import SendFuture, StreamsProducer
+from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.task import RUNNING, Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.topology import TopologyPlan, plan_topology
+from streams_app.settings import AT_MOST_ONCE, Settings
 from streams_app.state.base import Store
 from streams_app.state.directory import StateDirectory
 from streams_app.state.factory import open_store
@@ -53,8 +52,6 @@ if TYPE_CHECKING:
     from streams_app.app.topic import Topic
 
 log = logging.getLogger(__name__)
-
-current_worker: ContextVar[Worker | None] = ContextVar("streams_app_worker", default=None)
 
 H_SRC_TOPIC = "src_topic"
 H_SRC_PARTITION = "src_partition"
@@ -144,7 +141,7 @@ class Worker:
 
     async def run(self) -> None:
         """Start, process until :meth:`request_stop`, then stop cleanly."""
-        token = current_worker.set(self)
+        token = current_runtime.set(self)
         try:
             await self.start()
             await self._loop()
@@ -155,7 +152,7 @@ class Worker:
             try:
                 await self._shutdown()
             finally:
-                current_worker.reset(token)
+                current_runtime.reset(token)
                 self.stopped.set()
 
     def request_stop(self) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from streams_app import App, ConfigError
-from streams_app.app.settings import Settings
+from streams_app.settings import Settings
 
 
 def test_environment_overrides_keyword_arguments() -> None:
