@@ -187,7 +187,7 @@ def _report(results: dict, order_list: list, stock_in: dict[str, int]) -> bool: 
     # The table's committed state: the latest changelog record per key.
     last_stock: dict[str, int] = {}
     for record in results["orders-stock-changelog"]:
-        last_stock[record.key.decode()] = json.loads(record.value)
+        last_stock[json.loads(record.key)] = json.loads(record.value)  # JSON keys, as Faust
     ids = [r["order_id"] for r in inventory]
     _say("")
     _say(f"   {'item':<8} {'restocked':>9} {'ordered':>8} {'stock table':>12} {'expected':>9}")
