@@ -1,58 +1,109 @@
-"""App: the definition of a topology, and the door to running it."""
+"""App: the definition of a topology, and the door to running it.
+
+The surface is Faust's, so a Faust app runs on streams_app once its imports name streams_app:
+topics, agents (with or without a topic of their own), tables (plain, set, global), channels,
+timers, crontabs, tasks, services, commands, pages and signals. Everything here *declares*;
+:meth:`App.worker` (and :meth:`App.main`, through the CLI) is the door to the runtime.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from streams_app.app import background, names
 from streams_app.app.agent import Agent, AgentFun, Sink
+from streams_app.app.background import Crontab, Task, Timer
+from streams_app.app.channel import Channel
+from streams_app.app.commands import Argument, Command, Option
+from streams_app.app.context import current_runtime
+from streams_app.app.faust_settings import AppSettings, build_settings
+from streams_app.app.global_table import GlobalTable
+from streams_app.app.pages import Page, routed
+from streams_app.app.set_table import SetTable
+from streams_app.app.signals import Signal
 from streams_app.app.table import Table
 from streams_app.app.topic import Topic
 from streams_app.codecs import Codec, CodecSpec
-from streams_app.settings import Settings
+from streams_app.errors import TopologyError
 from streams_app.transport.base import ProducerConfig, RecordMetadataLike, Transport
 
 if TYPE_CHECKING:
     from streams_app.runtime.clock import Clock
     from streams_app.runtime.worker import Worker
 
+__all__ = ["App", "StandaloneProducer", "Timer"]
+
+# The class names, for annotations inside App (whose methods Table/SetTable/GlobalTable shadow
+# them there, as Faust's do).
+_Table = Table
+_SetTable = SetTable
+_GlobalTable = GlobalTable
+
 
 class App:
     """A stream-processing application: topics, agents and tables, plus its settings.
+
+    Takes streams_app's settings and Faust's (each honoured, mapped or accepted with a warning:
+    docs/migrating-from-faust.md).
 
     >>> app = App("orders", broker="kafka://localhost:9092")      # doctest: +SKIP
     >>> orders = app.topic("orders", value_type=Order)             # doctest: +SKIP
     """
 
     def __init__(self, id: str, **settings: Any) -> None:
-        self.conf = Settings.build(id, settings)
+        self.conf: AppSettings = build_settings(id, settings)
         self.topics: dict[str, Topic] = {}
         self.agents: list[Agent] = []
         self.tables: dict[str, Table] = {}
-        self.timers: list[Timer] = []
+        self.timers: list[Timer | Crontab] = []
+        self.tasks: list[Task] = []
+        self.services: list[Any] = []
+        self.commands: dict[str, Command] = {}
+        self.pages: list[Page] = []
+        self.channels: list[Channel] = []
+        self.on_rebalance_start = Signal("on_rebalance_start", self)
+        self.on_rebalance_complete = Signal("on_rebalance_complete", self)
+        self.on_partitions_assigned = Signal("on_partitions_assigned", self)
+        self.on_partitions_revoked = Signal("on_partitions_revoked", self)
+        self.on_worker_init = Signal("on_worker_init", self)
+        self.on_before_shutdown = Signal("on_before_shutdown", self)
 
     @property
     def id(self) -> str:
         return self.conf.id
 
-    # -- definitions ----------------------------------------------------------------------
+    # -- topics and channels --------------------------------------------------------------
 
     def topic(
         self,
-        name: str,
-        *,
+        *topics: str,
         key_type: CodecSpec = None,
         value_type: CodecSpec = None,
         key_serializer: str | Codec | None = None,
         value_serializer: str | Codec | None = None,
         partitions: int | None = None,
         replicas: int | None = None,
-        config: Mapping[str, str] | None = None,
+        config: Mapping[str, Any] | None = None,
         internal: bool = False,
+        retention: Any = None,
+        compacting: bool | None = None,
+        deleting: bool | None = None,
+        pattern: Any = None,
+        has_prefix: bool = False,
+        **_: Any,
     ) -> Topic:
+        """Declare a topic (created at start if it does not exist)."""
+        if pattern is not None:
+            raise TopologyError("topic(pattern=...) is not supported: name the topics")
+        if len(topics) != 1:
+            raise TopologyError(
+                f"app.topic() takes one topic name, got {len(topics)}: declare one Topic per "
+                "topic (an agent reads one topic)"
+            )
+        name = topics[0]
         existing = self.topics.get(name)
         if existing is not None:
             return existing
@@ -67,29 +118,77 @@ class App:
             replicas=replicas,
             config=config,
             internal=internal,
+            retention=retention,
+            compacting=compacting,
+            deleting=deleting,
+            has_prefix=has_prefix,
         )
         self.topics[name] = topic
         return topic
 
+    def channel(
+        self,
+        *,
+        key_type: CodecSpec = None,
+        value_type: CodecSpec = None,
+        maxsize: int | None = None,
+        **_: Any,
+    ) -> Channel:
+        """An in-process channel (no Kafka, outside the transaction: see app.channel)."""
+        channel = Channel(self, key_type=key_type, value_type=value_type, maxsize=maxsize)
+        self.channels.append(channel)
+        return channel
+
+    # -- agents ---------------------------------------------------------------------------
+
     def agent(
         self,
-        channel: Topic | str,
+        channel: Topic | Channel | str | None = None,
         *,
         name: str | None = None,
         concurrency: int = 1,
         sink: Sequence[Sink] | None = None,
+        isolated_partitions: bool = False,
+        key_type: Any = None,
+        value_type: Any = None,
+        use_reply_headers: bool = True,
+        help: str | None = None,
+        **_: Any,
     ) -> Callable[[AgentFun], Agent]:
-        """Decorate ``async def f(stream)`` to process ``channel``."""
-        topic = channel if isinstance(channel, Topic) else self.topic(channel)
+        """Decorate ``async def f(stream)`` to process ``channel`` (a topic, its name, or an
+        in-process channel); without one, the agent owns a topic (Faust's ``@app.agent()``)."""
+        source = self.topic(channel) if isinstance(channel, str) else channel
 
         def decorate(fun: AgentFun) -> Agent:
-            agent = Agent(self, fun, topic, name=name, concurrency=concurrency, sink=sink)
-            if any(a.short_name == agent.short_name for a in self.agents):
-                raise ValueError(f"two agents are named {agent.short_name!r}; pass name=...")
+            agent = Agent(
+                self,
+                fun,
+                source,
+                name=name,
+                concurrency=concurrency,
+                sink=sink,
+                isolated_partitions=isolated_partitions,
+                key_type=key_type,
+                value_type=value_type,
+                use_reply_headers=use_reply_headers,
+                help=help,
+            )
+            if any(a.name == agent.name for a in self.agents):
+                raise ValueError(f"two agents are named {agent.name!r}; pass name=...")
             self.agents.append(agent)
             return agent
 
         return decorate
+
+    actor = agent
+
+    # -- tables ---------------------------------------------------------------------------
+
+    def _add_table(self, table: _Table) -> _Table:
+        if table.name in self.tables:
+            raise ValueError(f"table {table.name!r} is already defined")
+        self.tables[table.name] = table
+        return table
 
     def Table(
         self,
@@ -99,38 +198,164 @@ class App:
         partitions: int | None = None,
         key_type: CodecSpec = None,
         value_type: CodecSpec = None,
-        changelog_topic: str | None = None,
-    ) -> Table:
-        if name in self.tables:
-            raise ValueError(f"table {name!r} is already defined")
-        table = Table(
-            self,
-            name,
-            default=default,
-            partitions=partitions,
-            key_type=key_type,
-            value_type=value_type,
-            changelog_topic=changelog_topic,
+        changelog_topic: str | Topic | None = None,
+        help: str | None = None,
+        **options: Any,
+    ) -> _Table:
+        return self._add_table(
+            Table(
+                self,
+                name,
+                default=default,
+                partitions=partitions,
+                key_type=key_type,
+                value_type=value_type,
+                changelog_topic=changelog_topic,
+                help=help,
+                **options,
+            )
         )
-        self.tables[name] = table
+
+    def SetTable(self, name: str, **options: Any) -> _SetTable:
+        table = SetTable(self, name, **options)
+        self._add_table(table)
         return table
 
-    def timer(
-        self, interval: float, *, name: str | None = None
-    ) -> Callable[[Callable[[], Awaitable[Any]]], Callable[[], Awaitable[Any]]]:
-        """Run ``async def f()`` every ``interval`` seconds in each worker, between batches.
+    def GlobalTable(self, name: str, **options: Any) -> _GlobalTable:
+        table = GlobalTable(self, name, **options)
+        self._add_table(table)
+        return table
 
-        Records it sends join the worker's transaction (they commit with the next commit); an
-        exception is handled like an agent error (abort, rewind, error policy).
-        """
-        if interval <= 0:
+    # -- timers, tasks, services ----------------------------------------------------------
+
+    def timer(
+        self,
+        interval: float | Any,
+        *,
+        on_leader: bool = False,
+        name: str | None = None,
+        **_: Any,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Run ``f()`` (or ``f(app)``) every ``interval`` seconds in each worker, or only on
+        the leader; see :mod:`streams_app.app.background` for how it stands with
+        transactions."""
+        seconds = interval.total_seconds() if hasattr(interval, "total_seconds") else interval
+        if float(seconds) <= 0:
             raise ValueError("timer interval must be positive")
 
-        def decorate(fun: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
-            self.timers.append(Timer(name or fun.__name__, interval, fun))
+        def decorate(fun: Callable[..., Any]) -> Callable[..., Any]:
+            label = self._unique_timer_name(background.timer_name(fun, name))
+            self.timers.append(Timer(label, float(seconds), fun, on_leader=on_leader))
             return fun
 
         return decorate
+
+    def crontab(
+        self,
+        cron_format: str,
+        *,
+        timezone: Any = None,
+        tz: Any = None,
+        on_leader: bool = False,
+        name: str | None = None,
+        **_: Any,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Run ``f()`` at the times of a cron expression (``timezone``: a tzinfo or a name;
+        default the app's ``timezone`` setting)."""
+        from croniter import croniter
+
+        if not croniter.is_valid(cron_format):
+            raise ValueError(f"{cron_format!r} is not a cron expression")
+
+        def decorate(fun: Callable[..., Any]) -> Callable[..., Any]:
+            label = self._unique_timer_name(background.timer_name(fun, name))
+            zone = timezone or tz or self.conf.timezone
+            self.timers.append(Crontab(label, cron_format, fun, zone, on_leader=on_leader))
+            return fun
+
+        return decorate
+
+    def _unique_timer_name(self, label: str) -> str:
+        taken = {t.name for t in self.timers}
+        if label not in taken:
+            return label
+        index = 2
+        while f"{label}#{index}" in taken:
+            index += 1
+        return f"{label}#{index}"
+
+    def task(
+        self, fun: Callable[..., Any] | None = None, *, on_leader: bool = False, **_: Any
+    ) -> Any:
+        """``@app.task`` (or ``@app.task()``): run ``f()``/``f(app)`` once when a worker
+        starts, beside the agents (its sends are outside any transaction)."""
+
+        def decorate(target: Callable[..., Any]) -> Callable[..., Any]:
+            self.tasks.append(Task(names.canonical_name(target), target, on_leader=on_leader))
+            return target
+
+        return decorate(fun) if fun is not None else decorate
+
+    def service(self, service: Any) -> Any:
+        """Start ``service`` (a ``mode.Service`` class or instance) with each worker, stop it
+        after; a class is instantiated without arguments."""
+        self.services.append(service)
+        return service
+
+    # -- commands and pages ---------------------------------------------------------------
+
+    def command(
+        self, *params: Option | Argument, name: str | None = None, base: Any = None, **_: Any
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Add ``python app.py <name> ...`` (and ``streams-app -A module <name>``)."""
+
+        def decorate(fun: Callable[..., Any]) -> Callable[..., Any]:
+            label = name or names.unwrap(fun).__name__
+            self.commands[label] = Command(label, fun, tuple(params), fun.__doc__ or "")
+            return fun
+
+        return decorate
+
+    def page(
+        self, path: str, *, base: Any = None, cors_options: Any = None, name: str | None = None
+    ) -> Callable[[Any], Any]:
+        """Register a web view at ``path`` (served by the web server of a later release)."""
+
+        def decorate(view: Any) -> Any:
+            self.pages.append(Page(path, view, base=base, cors_options=cors_options, name=name))
+            return view
+
+        return decorate
+
+    def table_route(self, table: _Table, **options: Any) -> Callable[[Any], Any]:
+        return routed("table", table, **options)
+
+    def topic_route(self, topic: Topic, **options: Any) -> Callable[[Any], Any]:
+        return routed("topic", topic, **options)
+
+    # -- while running --------------------------------------------------------------------
+
+    @property
+    def rebalancing(self) -> bool:
+        runtime = current_runtime.get()
+        return bool(runtime is not None and runtime.rebalancing)
+
+    @property
+    def should_stop(self) -> bool:
+        runtime = current_runtime.get()
+        return bool(runtime is not None and runtime.should_stop)
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep, waking early when the worker stops (Faust's ``app.sleep``)."""
+        runtime = current_runtime.get()
+        if runtime is None:
+            await asyncio.sleep(seconds)
+        else:
+            await runtime.sleep(seconds)
+
+    def is_leader(self) -> bool:
+        runtime = current_runtime.get()
+        return bool(runtime is not None and runtime.is_leader())
 
     # -- running --------------------------------------------------------------------------
 
@@ -140,6 +365,13 @@ class App:
         from streams_app.runtime.worker import Worker
 
         return Worker(self, transport=transport, clock=clock, **overrides)
+
+    def main(self, argv: Sequence[str] | None = None) -> NoReturn:
+        """The command line for this app: ``python app.py worker -l info``, ``send``, and the
+        app's own ``@app.command`` commands (Faust's ``app.main()``)."""
+        from streams_app.cli.main import main_for_app
+
+        raise SystemExit(main_for_app(self, argv))
 
     def transport(self) -> Transport:
         from streams_app.transport.kafka import KafkaTransport
@@ -165,13 +397,6 @@ class App:
 
     def __repr__(self) -> str:
         return f"<App {self.id}>"
-
-
-@dataclass(frozen=True)
-class Timer:
-    name: str
-    interval: float
-    fun: Callable[[], Awaitable[Any]]
 
 
 class StandaloneProducer:

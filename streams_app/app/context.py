@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from streams_app.transport.base import RecordMetadataLike
 
 if TYPE_CHECKING:
+    from streams_app.app.channel import Channel
     from streams_app.app.table import Table
     from streams_app.app.topic import Topic
     from streams_app.state.base import PartitionTransaction
@@ -55,7 +56,7 @@ class TaskScope(Protocol):
 
 
 class Runtime(Protocol):
-    """The running worker, as topology code sees it."""
+    """The running worker (or a command's client), as topology code sees it."""
 
     async def send(
         self,
@@ -67,22 +68,101 @@ class Runtime(Protocol):
         partition: int | None = None,
         timestamp: float | None = None,
     ) -> SendFuture:
-        """Send inside the worker's transaction (with lineage headers while processing)."""
+        """Send: inside the worker's transaction while processing a record or running a timer,
+        else through a plain idempotent producer (tasks, services, pages, commands)."""
+
+    def send_soon(
+        self,
+        topic: Topic,
+        *,
+        key: Any = None,
+        value: Any = None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Send without awaiting (from synchronous callbacks); it joins the same transaction
+        as :meth:`send` would, before the next commit."""
+
+    async def forward(
+        self, topic: Topic, event: Event, *, key: Any = None, partition: int | None = None
+    ) -> SendFuture:
+        """Send ``event``'s original value bytes to ``topic`` under ``key`` (group_by)."""
 
     def table_items(self, table: Table) -> Iterator[tuple[Any, Any]]:
         """Committed items of every partition of ``table`` this worker holds."""
+
+    def global_lookup(self, table: Table, key: Any) -> Any:
+        """A global table's committed value for ``key`` from any partition (or ``MISSING``)."""
+
+    async def declare(self, topic: Topic) -> None:
+        """Create ``topic`` if it does not exist."""
+
+    async def ask(
+        self,
+        topic: Topic,
+        *,
+        key: Any = None,
+        value: Any = None,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        timestamp: float | None = None,
+        reply_to: str | None = None,
+        correlation_id: str | None = None,
+    ) -> Any:
+        """RPC: send a request to an agent's topic and wait for its reply."""
+
+    async def channel_send(
+        self,
+        channel: Channel,
+        *,
+        key: Any = None,
+        value: Any = None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Hand a value to the agents reading an in-process channel."""
+
+    @property
+    def rebalancing(self) -> bool:
+        """Partitions are being reassigned (between revocation and the end of restore)."""
+
+    @property
+    def should_stop(self) -> bool:
+        """The worker was asked to stop."""
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep, returning early when the worker stops."""
+
+    def is_leader(self) -> bool:
+        """This worker holds the leader partition (``on_leader`` timers run here)."""
+
+    def topic(self, name: str) -> Topic:
+        """The app's topic called ``name`` (declared on first use)."""
+
+
+#: What a lookup returns when a key is absent (``None`` may be a stored value).
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
+
+
+class TopicPartitionView(NamedTuple):
+    """Faust's ``TP``: (topic, partition)."""
+
+    topic: str
+    partition: int
 
 
 class Event:
     """A consumed record, decoded, with where it came from."""
 
     __slots__ = (
+        "asks",
+        "correlation_id",
         "headers",
         "key",
         "offset",
         "partition",
         "raw_key",
         "raw_value",
+        "reply_to",
         "task",
         "timestamp",
         "topic",
@@ -101,6 +181,8 @@ class Event:
         raw_key: bytes | None,
         raw_value: bytes | None,
         task: TaskScope,
+        reply_to: str | None = None,
+        correlation_id: str | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -112,6 +194,11 @@ class Event:
         self.raw_key = raw_key
         self.raw_value = raw_value
         self.task = task
+        #: Set when the record is an agent RPC request (``ask``): where the reply goes.
+        self.reply_to = reply_to
+        self.correlation_id = correlation_id
+        #: RPC requests made while processing this record (their correlation ids count them).
+        self.asks = 0
 
     def header(self, name: str) -> bytes | None:
         for key, value in self.headers:
@@ -119,9 +206,98 @@ class Event:
                 return value
         return None
 
+    @property
+    def message(self) -> Message:
+        """Faust's ``event.message``: the record as consumed (raw key and value, tp, offset)."""
+        return Message(self)
+
+    async def send(
+        self,
+        channel: Topic | str,
+        key: Any = None,
+        value: Any = None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+    ) -> SendFuture:
+        """Faust's ``event.send``: send to ``channel`` (a topic or its name)."""
+        topic = _as_topic(self, channel)
+        return await topic.send(key=key, value=value, headers=headers, partition=partition)
+
+    async def forward(
+        self,
+        channel: Topic | str,
+        key: Any = None,
+        partition: int | None = None,
+    ) -> SendFuture:
+        """Faust's ``event.forward``: the original value bytes to ``channel``."""
+        runtime = current_runtime.get()
+        if runtime is None:
+            raise RuntimeError("event.forward() needs a running worker")
+        topic = _as_topic(self, channel)
+        return await runtime.forward(
+            topic, self, key=self.key if key is None else key, partition=partition
+        )
+
     def __repr__(self) -> str:  # no key or value: they may be personal data
         return f"<Event {self.topic}[{self.partition}]@{self.offset}>"
 
 
+def _as_topic(event: Event, channel: Topic | str) -> Topic:
+    if not isinstance(channel, str):
+        return channel
+    runtime = current_runtime.get()
+    if runtime is None:
+        raise RuntimeError("event.send/forward to a topic name needs a running worker")
+    return runtime.topic(channel)
+
+
+class Message:
+    """The consumed record behind an event, as Faust's ``Message``: raw bytes and coordinates."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self, event: Event) -> None:
+        self._event = event
+
+    @property
+    def topic(self) -> str:
+        return self._event.topic
+
+    @property
+    def partition(self) -> int:
+        return self._event.partition
+
+    @property
+    def offset(self) -> int:
+        return self._event.offset
+
+    @property
+    def tp(self) -> TopicPartitionView:
+        return TopicPartitionView(self._event.topic, self._event.partition)
+
+    @property
+    def timestamp(self) -> float:
+        """Seconds since the epoch, as Faust's ``message.timestamp``."""
+        return self._event.timestamp / 1000.0
+
+    @property
+    def key(self) -> bytes | None:
+        return self._event.raw_key
+
+    @property
+    def value(self) -> bytes | None:
+        return self._event.raw_value
+
+    @property
+    def headers(self) -> tuple[tuple[str, bytes], ...]:
+        return self._event.headers
+
+    def __repr__(self) -> str:
+        return f"<Message {self.topic}[{self.partition}]@{self.offset}>"
+
+
 current_event: ContextVar[Event | None] = ContextVar("streams_app_current_event", default=None)
 current_runtime: ContextVar[Runtime | None] = ContextVar("streams_app_runtime", default=None)
+#: The task a timer runs for when it has no event (``on_leader`` timers: the leader's task),
+#: so tables work inside it.
+current_scope: ContextVar[TaskScope | None] = ContextVar("streams_app_scope", default=None)

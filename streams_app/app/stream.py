@@ -1,82 +1,230 @@
-"""Stream: what an agent iterates over.
+"""Stream: what an agent iterates over, with Faust's operators.
 
 The runtime hands records to a stream through an inbox; the agent pulls them with
 ``async for``. Pulling does not suspend while the inbox holds records, so an agent works through
 a whole fetched batch in one go without an event-loop round trip per record. When the inbox is
-empty the stream marks itself *idle* and waits: an idle stream has finished every record handed
-to it, which is the moment the runtime may commit.
+empty the stream marks itself *settled* and waits.
+
+The worker commits only when every stream is *idle*: settled with nothing half done. Two states
+are settled but not idle, and let the worker go on fetching without committing:
+
+- **parked**: the agent waits for an RPC reply (``ask``) in the middle of a record;
+- **holding**: ``take()`` holds values it has not yielded yet. When a commit is due the worker
+  asks holding streams to *flush*: ``take`` yields what it holds (fewer than ``max_``), the
+  agent processes it, and only then does the commit include those records. So ``take(n)`` yields
+  at most ``n`` values, and never holds a value across a commit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
-from streams_app.app.context import Event, current_event
+from streams_app.app.context import Event, TopicPartitionView, current_event
+
+if TYPE_CHECKING:
+    from streams_app.app.channel import Channel
+    from streams_app.app.topic import Topic
+
+Processor = Callable[[Any], Any]
+#: A processor's way of saying "drop this value" (``filter``).
+SKIP: Any = type("Skip", (), {"__repr__": lambda self: "SKIP"})()
 
 
 class StreamOwner(Protocol):
-    """The runtime's side of a stream: what ``group_by`` asks it to do."""
+    """The runtime's side of a stream: what ``group_by`` and ``through`` ask it to do."""
 
     def regroup(
         self,
         stream: Stream,
-        key: Callable[[Any], Any],
+        key: Callable[[Any], Any] | None,
         *,
         name: str | None,
         partitions: int | None,
+        topic: Topic | None = None,
     ) -> Stream: ...
 
 
-class Stream:
-    """An agent's view of its input: values, ``items()`` or ``events()``."""
+class _Core:
+    """The inbox and state one agent instance's streams share (derived streams included)."""
 
-    def __init__(self, actor: StreamOwner, topic: str) -> None:
+    __slots__ = (
+        "flush_requested",
+        "holding",
+        "inbox",
+        "parked",
+        "settled",
+        "started",
+        "wakeup",
+    )
+
+    def __init__(self) -> None:
+        self.inbox: deque[Event] = deque()
+        self.settled = asyncio.Event()
+        self.wakeup = asyncio.Event()
+        self.started = False
+        self.parked = 0
+        self.holding = False
+        self.flush_requested = False
+
+
+class Stream:
+    """An agent's view of its input: values, ``items()``, ``events()``, and Faust's operators
+    (``filter``, ``echo``, ``enumerate``, ``take``, ``through``, ``group_by``)."""
+
+    def __init__(
+        self,
+        actor: StreamOwner,
+        topic: str,
+        *,
+        _core: _Core | None = None,
+        _processors: Iterable[Processor] = (),
+    ) -> None:
         self._actor = actor
         self.topic = topic
-        self._inbox: deque[Event] = deque()
-        self._idle = asyncio.Event()
-        self._wakeup = asyncio.Event()
-        self._started = False
+        self._core = _core or _Core()
+        self._processors: list[Processor] = list(_processors)
+        #: The partitions whose records reach this stream (Faust's ``active_partitions``; set
+        #: by the runtime on assignment).
+        self.active_partitions: set[TopicPartitionView] = set()
 
-    # -- what agents use ------------------------------------------------------------------
+    def __class_getitem__(cls, item: Any) -> type[Stream]:  # Faust's Stream[T] annotations
+        return cls
+
+    # -- iteration ------------------------------------------------------------------------
 
     def __aiter__(self) -> Stream:
         return self
 
     async def __anext__(self) -> Any:
-        return (await self._next_event()).value
+        while True:
+            event = await self._next_event()
+            value = await self._process(event.value)
+            if value is not SKIP:
+                return value
 
     async def items(self) -> AsyncIterator[tuple[Any, Any]]:
         """``(key, value)`` pairs."""
         while True:
             event = await self._next_event()
-            yield event.key, event.value
+            value = await self._process(event.value)
+            if value is not SKIP:
+                yield event.key, value
 
     async def events(self) -> AsyncIterator[Event]:
-        """Whole events: key, value, headers, topic, partition, offset, timestamp."""
+        """Whole events: key, value, headers, topic, partition, offset, timestamp, message."""
         while True:
-            yield await self._next_event()
+            event = await self._next_event()
+            if await self._process(event.value) is not SKIP:
+                yield event
+
+    async def enumerate(self, start: int = 0) -> AsyncIterator[tuple[int, Any]]:
+        """``(index, value)`` pairs, as Faust's ``stream.enumerate()``."""
+        index = start
+        async for value in self:
+            yield index, value
+            index += 1
+
+    async def take(self, max_: int, within: float | None = None) -> AsyncIterator[list[Any]]:
+        """Lists of up to ``max_`` values: yielded when ``max_`` are gathered, when ``within``
+        seconds have passed since the first of them, or when the worker commits (so that no
+        value is held across a commit)."""
+        if max_ < 1:
+            raise ValueError("take(max_) needs max_ >= 1")
+        loop = asyncio.get_running_loop()
+        buffer: list[Any] = []
+        deadline: float | None = None
+        while True:
+            event = await self._next_event(
+                holding=bool(buffer), deadline=deadline if buffer else None
+            )
+            if event is not None:
+                value = await self._process(event.value)
+                if value is not SKIP:
+                    if not buffer and within is not None:
+                        deadline = loop.time() + within
+                    buffer.append(value)
+                if len(buffer) < max_:
+                    continue
+            if buffer:
+                out, buffer, deadline = buffer, [], None
+                yield out
+
+    # -- derived streams ------------------------------------------------------------------
+
+    def filter(self, fun: Callable[[Any], Any]) -> Stream:
+        """Only the values for which ``fun`` (sync or async) is true."""
+
+        async def keep(value: Any) -> Any:
+            result = fun(value)
+            if inspect.isawaitable(result):
+                result = await result
+            return value if result else SKIP
+
+        return self._derive(keep)
+
+    def echo(self, *channels: Topic | Channel | str) -> Stream:
+        """Send every value to ``channels`` too (inside the transaction), then pass it on."""
+
+        async def forward(value: Any) -> Any:
+            event = current_event.get()
+            key = event.key if event is not None else None
+            for channel in channels:
+                target = self._actor_topic(channel)
+                await target.send(key=key, value=value)
+            return value
+
+        return self._derive(forward)
+
+    def add_processor(self, fun: Processor) -> None:
+        """Faust's ``add_processor``: ``fun(value)`` replaces each value (sync or async)."""
+        self._processors.append(fun)
 
     def group_by(
         self,
-        key: Callable[[Any], Any],
+        key: Any,
         *,
         name: str | None = None,
         partitions: int | None = None,
+        topic: Topic | None = None,
     ) -> Stream:
         """Re-key the stream through an internal repartition topic.
 
-        Each record is sent, under its new key, to ``<app id>-<agent>-<name>-repartition``
-        inside the worker's transaction; the returned stream reads that topic, so records with
-        the same new key meet in the same task (and the same table partition). ``name`` is
-        needed when ``key`` is a lambda.
+        Each record is forwarded, its original value bytes under the new key, to the
+        repartition topic inside the worker's transaction; the returned stream reads that
+        topic, so records with the same new key meet in the same task (and table partition).
+        ``key`` is a function or a model field (``Withdrawal.country``); a lambda needs
+        ``name=``. The topic is Faust's ``<agent>-<source>-<name>-repartition``.
         """
-        if self._started:
+        if self._core.started:
             raise RuntimeError("group_by() must be called before iterating over the stream")
-        return self._actor.regroup(self, key, name=name, partitions=partitions)
+        if hasattr(key, "ident") and hasattr(key, "getattr"):  # a model field descriptor
+            descriptor = key
+            name = name or descriptor.ident  # Faust names the topic after Model.field
+
+            def key(value: Any) -> Any:
+                return descriptor.getattr(value)
+
+        elif not callable(key):
+            raise TypeError("group_by(key): key must be a function or a model field")
+        return self._actor.regroup(self, key, name=name, partitions=partitions, topic=topic)
+
+    def through(self, channel: Topic | str) -> Stream:
+        """Forward every record to ``channel`` and continue with the stream reading it."""
+        if self._core.started:
+            raise RuntimeError("through() must be called before iterating over the stream")
+        target = self._actor_topic(channel)
+        return self._actor.regroup(self, None, name=None, partitions=None, topic=target)
+
+    def noack(self) -> Stream:
+        """Faust's ``noack()``: offsets here commit with the transaction, nothing to change."""
+        return self
+
+    async def ack(self, event: Event) -> bool:
+        return True
 
     @property
     def current_event(self) -> Event | None:
@@ -84,35 +232,132 @@ class Stream:
 
     # -- what the runtime uses ------------------------------------------------------------
 
-    async def _next_event(self) -> Event:
-        self._started = True
-        inbox = self._inbox
+    async def _process(self, value: Any) -> Any:
+        for fun in self._processors:
+            value = fun(value)
+            if inspect.isawaitable(value):
+                value = await value
+            if value is SKIP:
+                return SKIP
+        return value
+
+    def _derive(self, processor: Processor) -> Stream:
+        derived = Stream(
+            self._actor, self.topic, _core=self._core, _processors=[*self._processors, processor]
+        )
+        derived.active_partitions = self.active_partitions
+        return derived
+
+    def _actor_topic(self, channel: Any) -> Any:
+        if isinstance(channel, str):
+            from streams_app.app.context import current_runtime
+
+            runtime = current_runtime.get()
+            if runtime is None:
+                raise RuntimeError("a topic name needs a running worker; pass app.topic(name)")
+            return runtime.topic(channel)
+        return getattr(channel, "channel", channel)  # an agent: its topic
+
+    @property
+    def processors(self) -> list[Processor]:
+        return list(self._processors)
+
+    async def _next_event(self, *, holding: bool = False, deadline: float | None = None) -> Event:
+        """The next event; with ``holding``, None when the worker asks for a flush or the
+        ``deadline`` (loop time) passes while waiting."""
+        core = self._core
+        core.started = True
+        inbox = core.inbox
         while not inbox:
             current_event.set(None)
-            self._wakeup.clear()
-            self._idle.set()
-            await self._wakeup.wait()
+            if holding and (core.flush_requested or _passed(deadline)):
+                core.flush_requested = False
+                return None  # type: ignore[return-value]
+            core.holding = holding
+            core.wakeup.clear()
+            core.settled.set()
+            if deadline is None:
+                await core.wakeup.wait()
+            else:
+                timeout = max(0.0, deadline - asyncio.get_running_loop().time())
+                try:
+                    await asyncio.wait_for(core.wakeup.wait(), timeout)
+                except TimeoutError:
+                    core.settled.clear()  # about to yield what it holds: busy again
+                    core.holding = False
+                    return None  # type: ignore[return-value]
+            core.holding = False
         event = inbox.popleft()
         current_event.set(event)
         return event
 
     def feed(self, event: Event) -> None:
-        self._inbox.append(event)
-        if self._idle.is_set():
-            self._idle.clear()
-            self._wakeup.set()
+        core = self._core
+        core.inbox.append(event)
+        if core.settled.is_set() and not core.parked:
+            core.settled.clear()
+        core.wakeup.set()
+
+    def request_flush(self) -> bool:
+        """Ask a holding ``take`` to yield what it holds; False if it holds nothing."""
+        core = self._core
+        if not core.holding:
+            return False
+        core.flush_requested = True
+        core.holding = False
+        core.settled.clear()
+        core.wakeup.set()
+        return True
+
+    def park(self) -> None:
+        """The agent waits for something the worker must keep running for (an RPC reply)."""
+        core = self._core
+        core.parked += 1
+        core.settled.set()
+
+    def unpark(self) -> None:
+        core = self._core
+        core.parked -= 1
+        if not core.parked:
+            core.settled.clear()  # busy again until it next waits for input
 
     @property
     def idle(self) -> bool:
-        return self._idle.is_set()
+        """Finished everything handed to it: nothing pending, parked or held."""
+        core = self._core
+        return core.settled.is_set() and not core.inbox and not core.parked and not core.holding
 
-    async def wait_idle(self) -> None:
-        await self._idle.wait()
+    @property
+    def settled(self) -> bool:
+        return self._core.settled.is_set()
+
+    @property
+    def parked(self) -> bool:
+        return bool(self._core.parked)
+
+    @property
+    def holding(self) -> bool:
+        return self._core.holding
+
+    async def wait_settled(self) -> None:
+        await self._core.settled.wait()
+
+    wait_idle = wait_settled
 
     def mark_idle(self) -> None:
         """The agent behind this stream stopped (returned or raised): nothing more will run."""
-        self._idle.set()
+        core = self._core
+        core.parked = 0
+        core.holding = False
+        core.settled.set()
 
     def clear(self) -> None:
         """Drop records handed over but not yet processed (after an abort)."""
-        self._inbox.clear()
+        self._core.inbox.clear()
+
+
+def _passed(deadline: float | None) -> bool:
+    return deadline is not None and asyncio.get_running_loop().time() >= deadline
+
+
+AwaitableValue = Awaitable[Any]

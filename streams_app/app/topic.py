@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import datetime
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streams_app.app.context import SendFuture, current_runtime
-from streams_app.codecs import Codec, CodecSpec, resolve_codec
+from streams_app.codecs import Codec, CodecSpec, codec_for
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
 
 
+def _seconds(value: Any) -> float:
+    return value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
+
+
 class Topic:
+    """A named Kafka topic, declared by the app (created at start if it does not exist).
+
+    Codecs follow Faust: keys use ``key_serializer`` (default: the app's, ``"raw"``), values
+    ``value_serializer`` (default: the app's, ``"json"``), and ``key_type``/``value_type``
+    convert what they decode to (``str``, ``int``, a ``faust.Record`` subclass, ...).
+    """
+
     def __init__(
         self,
         app: App,
@@ -24,8 +38,12 @@ class Topic:
         value_serializer: str | Codec | None = None,
         partitions: int | None = None,
         replicas: int | None = None,
-        config: Mapping[str, str] | None = None,
+        config: Mapping[str, Any] | None = None,
         internal: bool = False,
+        retention: Any = None,
+        compacting: bool | None = None,
+        deleting: bool | None = None,
+        has_prefix: bool = False,
     ) -> None:
         if not name or any(c.isspace() for c in name):
             raise ValueError(f"invalid topic name {name!r}")
@@ -33,28 +51,57 @@ class Topic:
         self.name = name
         self.key_type = key_type
         self.value_type = value_type
-        # Keys default to raw bytes (as in Faust), values to JSON.
-        self.key_codec: Codec = resolve_codec(key_serializer or key_type, default="raw")
-        self.value_codec: Codec = resolve_codec(value_serializer or value_type, default="json")
+        self.key_serializer = key_serializer
+        self.value_serializer = value_serializer
+        conf = app.conf
+        self.key_codec: Codec = codec_for(
+            key_type, key_serializer, getattr(conf, "key_serializer", "raw")
+        )
+        self.value_codec: Codec = codec_for(
+            value_type, value_serializer, getattr(conf, "value_serializer", "json")
+        )
         self.partitions = partitions
         self.replicas = replicas
-        self.config: dict[str, str] = dict(config or {})
+        self.config: dict[str, str] = {k: str(v) for k, v in (config or {}).items()}
+        policies = [p for p, on in (("compact", compacting), ("delete", deleting)) if on]
+        if policies and "cleanup.policy" not in self.config:
+            self.config["cleanup.policy"] = ",".join(policies)
+        if retention is not None and "retention.ms" not in self.config:
+            self.config["retention.ms"] = str(int(_seconds(retention) * 1000))
         self.internal = internal
+        #: The name already carries the app id (an agent's own topic), as Faust's flag.
+        self.has_prefix = has_prefix
+
+    # -- Faust's names for the same things --------------------------------------------------
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    def get_topic_name(self) -> str:
+        return self.name
+
+    # -- sending ------------------------------------------------------------------------------
 
     async def send(
         self,
         *,
         key: Any = None,
         value: Any = None,
-        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
         partition: int | None = None,
         timestamp: float | None = None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        key_serializer: Any = None,
+        value_serializer: Any = None,
+        callback: Callable[[Any], Any] | None = None,
+        force: bool = False,
     ) -> SendFuture:
-        """Send a record from inside a running worker: it joins the worker's transaction.
+        """Send a record from inside a running worker (or an app command).
 
-        Returns the delivery future without waiting for it (awaitable, with ``done()`` and
-        ``result()`` like an ``asyncio.Future``): under exactly-once the record is acknowledged,
-        and visible to ``read_committed`` readers, when the transaction commits.
+        While a record is processed or a timer runs, it joins the worker's transaction: the
+        returned future (awaitable, with ``done()`` and ``result()``) resolves, and the record
+        is visible to ``read_committed`` readers, when the transaction commits. From tasks,
+        services, pages and commands it goes through a plain idempotent producer (acks=all).
         Outside a worker use ``async with app.producer() as producer`` instead.
         """
         runtime = current_runtime.get()
@@ -63,7 +110,7 @@ class Topic:
                 f"{self.name}.send() called outside a running worker; to feed a topic from a "
                 "script use `async with app.producer() as producer: await producer.send(...)`"
             )
-        return await runtime.send(
+        future = await runtime.send(
             self,
             key=key,
             value=value,
@@ -71,6 +118,35 @@ class Topic:
             partition=partition,
             timestamp=timestamp,
         )
+        if callback is not None:
+            _call_when_done(future, callback)
+        return future
+
+    def send_soon(
+        self,
+        *,
+        key: Any = None,
+        value: Any = None,
+        partition: int | None = None,
+        timestamp: float | None = None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        **_: Any,
+    ) -> None:
+        """Send from synchronous code (e.g. a window-close callback); sent before the next
+        commit, in the same transaction as :meth:`send` would be."""
+        runtime = current_runtime.get()
+        if runtime is None:
+            raise RuntimeError(f"{self.name}.send_soon() called outside a running worker")
+        runtime.send_soon(self, key=key, value=value, headers=headers, partition=partition)
+
+    async def maybe_declare(self) -> None:
+        """Create the topic if it does not exist (the worker creates declared topics at start
+        anyway)."""
+        runtime = current_runtime.get()
+        if runtime is not None:
+            await runtime.declare(self)
+
+    declare = maybe_declare
 
     def encode(self, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
         return (
@@ -80,3 +156,21 @@ class Topic:
 
     def __repr__(self) -> str:
         return f"<Topic {self.name}>"
+
+
+def _call_when_done(future: Any, callback: Callable[[Any], Any]) -> None:
+    async def wait() -> None:
+        try:
+            await future
+        except Exception:
+            return
+        result = callback(future)
+        if inspect.isawaitable(result):
+            await result
+
+    task = asyncio.ensure_future(wait())
+    _callbacks.add(task)
+    task.add_done_callback(_callbacks.discard)
+
+
+_callbacks: set[asyncio.Future[None]] = set()

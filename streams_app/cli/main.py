@@ -1,14 +1,19 @@
-"""Entry point of ``streams-app`` and ``python -m streams_app``."""
+"""Entry point of ``streams-app``, ``python -m streams_app`` and an app's ``app.main()``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from streams_app.cli import broker, demo, pipeline, send, worker
+from streams_app.cli import app_commands, broker, demo, pipeline, send, worker
 from streams_app.errors import StreamsAppError
+
+if TYPE_CHECKING:
+    from streams_app.app.app import App
 
 
 def common_options() -> argparse.ArgumentParser:
@@ -19,9 +24,9 @@ def common_options() -> argparse.ArgumentParser:
     return parent
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(app: App | None = None, prog: str = "streams-app") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="streams-app",
+        prog=prog,
         description="Exactly-once stream processing: run workers, send records, manage the "
         "embedded broker.",
     )
@@ -33,14 +38,52 @@ def build_parser() -> argparse.ArgumentParser:
     parents = [common_options()]
     worker.add_parser(sub, parents)
     send.add_parser(sub, parents)
-    broker.add_parser(sub, parents)
-    demo.add_parser(sub, parents)
-    pipeline.add_parser(sub, parents)
+    if app is None:
+        broker.add_parser(sub, parents)
+        demo.add_parser(sub, parents)
+        pipeline.add_parser(sub, parents)
+    else:
+        for command in app.commands.values():
+            app_commands.add_command(sub, command, parents)
+        parser.set_defaults(streams_app_target=app)
     return parser
 
 
+def _app_option(argv: Sequence[str]) -> str | None:
+    for index, arg in enumerate(argv):
+        if arg in ("-A", "--app") and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--app="):
+            return arg.split("=", 1)[1]
+        if arg.startswith("-A") and len(arg) > 2:
+            return arg[2:]
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    app = None
+    spec = _app_option(args_in)
+    builtin = {"worker", "send", "broker", "demo", "pipeline"}
+    if spec and not builtin & set(args_in):
+        # `streams-app -A module <app command> ...`: the app's own commands.
+        from streams_app.cli.loader import load_app
+
+        try:
+            app = load_app(spec)
+        except StreamsAppError as exc:
+            print(f"streams-app: error: {exc}", file=sys.stderr)
+            return 2
+    return _main(build_parser(app), args_in)
+
+
+def main_for_app(app: App, argv: Sequence[str] | None = None) -> int:
+    """``app.main()``: the same commands, for this app, plus its ``@app.command`` ones."""
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "app"
+    return _main(build_parser(app, prog=prog), list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, str(args.loglevel).upper(), logging.WARNING),

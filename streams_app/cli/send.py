@@ -26,7 +26,8 @@ def add_parser(
 
 
 def run(args: argparse.Namespace) -> int:
-    app = load_app(args.app)
+    target = getattr(args, "streams_app_target", None)
+    app = target if target is not None else load_app(args.app)
     return asyncio.run(_send(app, args.topic, args.key, args.value, args.partition))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,43 @@ def add_parser(
 ) -> None:
     parser = sub.add_parser("worker", parents=parents, help="run a worker for the app (-A)")
     parser.add_argument("--state-dir", type=Path, help="state directory (overrides state_dir)")
+    # Faust's worker options, so `faust -A app worker ...` command lines keep working.
+    parser.add_argument("-D", "--datadir", type=Path, help="Faust's name for --state-dir")
+    parser.add_argument("-W", "--workdir", type=Path, help="change to this directory first")
+    parser.add_argument("-f", "--logfile", type=Path, help="write the log to this file")
+    parser.add_argument("-p", "--web-port", type=int, help="web server port (web_port)")
+    parser.add_argument("-b", "--web-bind", help="web server address (web_bind)")
+    parser.add_argument("--web-host", help="web server host name (web_host)")
+    parser.add_argument("--with-web", dest="web", action="store_true", default=None)
+    parser.add_argument("--without-web", dest="web", action="store_false", help="no web server")
+    for ignored in ("--web-transport", "--blocking-timeout", "--console-port", "--loop", "-L"):
+        parser.add_argument(ignored, help=argparse.SUPPRESS)
+    for flag in ("--debug", "--no-debug", "-q", "--quiet", "--no-quiet", "--json"):
+        parser.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    app = load_app(args.app)
-    overrides = {}
-    if args.state_dir is not None:
-        overrides["state_dir"] = args.state_dir
+    target = getattr(args, "streams_app_target", None)
+    if args.workdir is not None:
+        os.chdir(args.workdir)
+    app = target if target is not None else load_app(args.app)
+    if args.logfile is not None:
+        handler = logging.FileHandler(args.logfile)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+    overrides: dict[str, Any] = {}
+    state_dir = args.state_dir or args.datadir
+    if state_dir is not None:
+        overrides["state_dir"] = state_dir
+    if args.web_port is not None:
+        overrides["web_port"] = args.web_port
+    if args.web_bind is not None:
+        overrides["web_bind"] = args.web_bind
+    if args.web_host is not None:
+        overrides["web_host"] = args.web_host
+    if args.web is not None:
+        overrides["web_enabled"] = args.web
     return asyncio.run(_run(app, overrides))
 
 

@@ -1,22 +1,30 @@
 """Actors: the running instances of agents, and where each consumed record goes.
 
-Each agent runs ``concurrency`` actors; an actor is one asyncio task running the agent's
-function over its own :class:`~streams_app.app.stream.Stream`. A record of partition ``p`` goes
-to actor ``p % concurrency``, so per-partition order holds. ``group_by`` turns an actor's source
-subscription into a *forwarder* (re-key, send to the repartition topic, inside the transaction)
-and subscribes the actor to the repartition topic instead.
+Each agent runs ``concurrency`` actors (``isolated_partitions``: one per partition of its
+topic); an actor is one asyncio task running the agent's function over its own
+:class:`~streams_app.app.stream.Stream`. A record of partition ``p`` goes to actor
+``p % len(actors)``, so per-partition order holds. Agents on an in-process channel get what is
+sent to the channel. ``group_by``/``through`` turn an actor's source subscription into a
+*forwarder* (the original value bytes, under the new key, to the repartition topic, inside the
+transaction) and subscribe the actor to that topic instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from streams_app.app.context import Event, current_event, current_runtime
-from streams_app.app.stream import Stream
+from streams_app.app import names
+from streams_app.app.channel import Channel
+from streams_app.app.context import Event, TopicPartitionView, current_event, current_runtime
+from streams_app.app.stream import SKIP, Processor, Stream
+from streams_app.runtime.scope import current_parkable, in_processing
 
 if TYPE_CHECKING:
     from streams_app.app.agent import Agent
@@ -26,6 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SendFn = Callable[..., Awaitable[Any]]
+#: Sends an RPC reply for ``event`` (the worker's): ``await reply(event, value)``.
+Replier = Callable[[Event, Any], Awaitable[None]]
+
+current_actor: ContextVar[Actor | None] = ContextVar("streams_app_actor", default=None)
 
 
 class Actor:
@@ -48,13 +60,22 @@ class Actor:
         self.task = asyncio.create_task(self._run(), name=f"agent:{self.name}")
 
     async def _run(self) -> None:
+        in_processing.set(True)
+        current_actor.set(self)
+        current_parkable.set(self)
         try:
-            result = self.agent.fun(self.source)
-            if self.agent.is_generator:
-                async for value in result:  # type: ignore[union-attr]
+            result: Any = self.agent.fun(self.source)
+            if inspect.isasyncgen(result) or (
+                hasattr(result, "__aiter__") and not inspect.isawaitable(result)
+            ):
+                replier = self.runner.replier
+                async for value in result:
+                    event = current_event.get()
+                    if event is not None and event.reply_to and replier is not None:
+                        await replier(event, value)
                     await self.agent.deliver_to_sinks(value)
             else:
-                await result  # type: ignore[misc]
+                await result
             self.returned = True
             log.warning("agent %s returned: its records are no longer processed", self.name)
         except asyncio.CancelledError:
@@ -64,6 +85,13 @@ class Actor:
             self.failed_event = current_event.get()
         finally:
             self.input.mark_idle()
+
+    # Parkable: an ask() parks whichever stream the actor reads now.
+    def park(self) -> None:
+        self.input.park()
+
+    def unpark(self) -> None:
+        self.input.unpark()
 
     async def cancel(self) -> None:
         task, self.task = self.task, None
@@ -75,44 +103,75 @@ class Actor:
     def regroup(
         self,
         stream: Stream,
-        key: Callable[[Any], Any],
+        key: Callable[[Any], Any] | None,
         *,
         name: str | None,
         partitions: int | None,
+        topic: Topic | None = None,
     ) -> Stream:
-        return self.runner.regroup(self, stream, key, name=name, partitions=partitions)
+        return self.runner.regroup(self, stream, key, name=name, partitions=partitions, topic=topic)
 
 
 class Forwarder:
-    """The first half of a ``group_by``: re-key each record and send it to the repartition topic."""
+    """The first half of a ``group_by``/``through``: the stream's processors (``filter``...),
+    the new key, and the original value bytes to the target topic."""
 
-    def __init__(self, key: Callable[[Any], Any], target: Topic, source: Topic) -> None:
+    def __init__(
+        self,
+        key: Callable[[Any], Any] | None,
+        target: Topic,
+        source: Topic,
+        processors: list[Processor],
+    ) -> None:
         self.key = key
         self.target = target
         self.source = source
+        self.processors = processors
 
     async def forward(self, event: Event) -> None:
         runtime = current_runtime.get()
         assert runtime is not None
-        await runtime.send(self.target, key=self.key(event.value), value=event.value)
+        value = event.value
+        for fun in self.processors:
+            value = fun(value)
+            if inspect.isawaitable(value):
+                value = await value
+            if value is SKIP:
+                return
+        new_key = None
+        if self.key is not None:
+            new_key = self.key(value)
+            if inspect.isawaitable(new_key):
+                new_key = await new_key
+        await runtime.forward(self.target, event, key=new_key)
 
 
 class AgentRunner:
-    """Owns every actor of a worker and the topic -> consumer routing."""
+    """Owns every actor of a worker and the topic (or channel) -> actor routing."""
 
     def __init__(self, app: App) -> None:
         self.app = app
         self.actors: list[Actor] = []
-        # topic -> agent -> its actors on that topic (a record of partition p goes to
-        # actors[p % len(actors)] of every agent); topic -> forwarders (group_by)
+        # topic or channel name -> agent -> its actors (a record of partition p goes to
+        # actors[p % len(actors)] of every agent); topic -> forwarders (group_by, through)
         self.routes: dict[str, dict[str, list[Actor]]] = {}
         self.forwarders: dict[str, list[Forwarder]] = {}
         self._forwarder_keys: set[tuple[str, str]] = set()
         self.repartition_sources: dict[str, str] = {}  # repartition topic -> source topic
+        #: Partition count of each topic, once the topology is planned (isolated_partitions).
+        self.partition_counts: dict[str, int] = {}
+        self.channel_names = {c.name for c in app.channels} | {
+            a.channel.name for a in app.agents if isinstance(a.channel, Channel)
+        }
+        self.replier: Replier | None = None
+        self._round_robin = itertools.count()
 
     def start(self) -> None:
         for agent in self.app.agents:
-            for index in range(agent.concurrency):
+            count = agent.concurrency
+            if agent.isolated_partitions:
+                count = self.partition_counts.get(agent.channel.name, 1)
+            for index in range(count):
                 actor = Actor(self, agent, index)
                 self.actors.append(actor)
                 self._route(agent.channel.name, actor)
@@ -121,15 +180,15 @@ class AgentRunner:
     async def wait_started(self, timeout: float) -> None:
         """Wait until every actor reached its first ``async for`` (group_by calls done)."""
 
-        async def all_idle() -> None:
+        async def all_settled() -> None:
             # An actor's input may change while we wait (group_by swaps it), so look again.
-            while busy := [a for a in self.actors if not a.input.idle]:
-                await asyncio.gather(*(a.input.wait_idle() for a in busy))
+            while busy := [a for a in self.actors if not a.input.settled]:
+                await asyncio.gather(*(a.input.wait_settled() for a in busy))
 
         try:
-            await asyncio.wait_for(all_idle(), timeout)
+            await asyncio.wait_for(all_settled(), timeout)
         except TimeoutError:
-            stuck = [a.name for a in self.actors if not a.input.idle]
+            stuck = [a.name for a in self.actors if not a.input.settled]
             raise RuntimeError(
                 f"agents {stuck} did not start iterating their stream within {timeout:.0f}s"
             ) from None
@@ -146,62 +205,112 @@ class AgentRunner:
         self,
         actor: Actor,
         stream: Stream,
-        key: Callable[[Any], Any],
+        key: Callable[[Any], Any] | None,
         *,
         name: str | None,
         partitions: int | None,
+        topic: Topic | None = None,
     ) -> Stream:
-        label = name or getattr(key, "__name__", None)
-        if not label or label == "<lambda>":
-            raise ValueError("group_by(key) with a lambda needs name=...")
         agent = actor.agent
-        topic_name = f"{self.app.id}-{agent.short_name}-{label}-repartition"
         source = agent.channel
-        target = self.app.topics.get(topic_name) or self.app.topic(
-            topic_name,
-            key_serializer="json",
-            value_serializer=source.value_codec,
-            partitions=partitions,
-            internal=True,
-        )
-        if (source.name, topic_name) not in self._forwarder_keys:
-            self._forwarder_keys.add((source.name, topic_name))
-            self.forwarders.setdefault(source.name, []).append(Forwarder(key, target, source))
-            self.repartition_sources[topic_name] = source.name
-        # The actor stops receiving the source topic and reads the repartition topic instead.
+        if isinstance(source, Channel):
+            raise RuntimeError("group_by/through need a topic: a channel has no partitions")
+        if topic is not None:
+            target = topic
+        else:
+            label = name or getattr(key, "__name__", None)
+            if not label or label == "<lambda>":
+                raise ValueError("group_by(key) with a lambda needs name=...")
+            topic_name = names.repartition_topic(
+                agent.name, source.name, label, source_has_prefix=source.has_prefix
+            )
+            target = self.app.topics.get(topic_name) or self.app.topic(
+                topic_name,
+                key_serializer=source.key_codec,
+                value_serializer=source.value_codec,
+                partitions=partitions or self.app.conf.topic_partitions,
+                internal=True,
+            )
+        if (source.name, target.name) not in self._forwarder_keys:
+            self._forwarder_keys.add((source.name, target.name))
+            self.forwarders.setdefault(source.name, []).append(
+                Forwarder(key, target, source, stream.processors)
+            )
+            self.repartition_sources[target.name] = source.name
+        # The actor stops receiving the source topic and reads the target topic instead.
         by_agent = self.routes.get(source.name, {})
-        actors = by_agent.get(agent.short_name, [])
+        actors = by_agent.get(agent.name, [])
         if actor in actors:
             actors.remove(actor)
             if not actors:
-                by_agent.pop(agent.short_name)
+                by_agent.pop(agent.name)
             if not by_agent:
                 self.routes.pop(source.name, None)
-        regrouped = Stream(actor, topic_name)
+        regrouped = Stream(actor, target.name)
         actor.input = regrouped
         stream.mark_idle()  # the source stream is fed no more: nothing will ever be pending
-        self._route(topic_name, actor)
+        self._route(target.name, actor)
         return regrouped
 
     def _route(self, topic: str, actor: Actor) -> None:
-        actors = self.routes.setdefault(topic, {}).setdefault(actor.agent.short_name, [])
+        actors = self.routes.setdefault(topic, {}).setdefault(actor.agent.name, [])
         actors.append(actor)
         actors.sort(key=lambda a: a.index)
 
     def source_topics(self) -> set[str]:
-        return set(self.routes) | set(self.forwarders)
+        return (set(self.routes) - self.channel_names) | set(self.forwarders)
 
     def actor_lists(self, topic: str) -> list[list[Actor]]:
         """For each agent reading ``topic``, its actors (pick ``[partition % len]``)."""
         return list(self.routes.get(topic, {}).values())
 
+    def channel_targets(self, channel: str) -> list[Actor]:
+        """One actor of every agent reading ``channel`` (round robin over its instances)."""
+        turn = next(self._round_robin)
+        return [actors[turn % len(actors)] for actors in self.routes.get(channel, {}).values()]
+
+    def assign(self, partitions: set[tuple[str, int]]) -> None:
+        """Tell each actor's streams which partitions reach them (``active_partitions``)."""
+        for by_agent in self.routes.values():
+            for actors in by_agent.values():
+                for actor in actors:
+                    topic = actor.input.topic
+                    mine = {
+                        TopicPartitionView(t, p)
+                        for t, p in partitions
+                        if t == topic and p % len(actors) == actor.index % len(actors)
+                    }
+                    actor.input.active_partitions.clear()
+                    actor.input.active_partitions.update(mine)
+                    if actor.source is not actor.input:
+                        actor.source.active_partitions.clear()
+                        actor.source.active_partitions.update(mine)
+
     def failed(self) -> Iterator[Actor]:
         return (a for a in self.actors if a.error is not None)
 
-    async def wait_idle(self) -> None:
-        busy = [a.input.wait_idle() for a in self.actors if not a.input.idle]
+    async def wait_settled(self) -> None:
+        """Until every actor waits for input, or is parked (an RPC), or holds a ``take``."""
+        busy = [a.input.wait_settled() for a in self.actors if not a.input.settled]
         if busy:
             await asyncio.gather(*busy)
+
+    wait_idle = wait_settled
+
+    def all_idle(self) -> bool:
+        return all(a.task is None or a.task.done() or a.input.idle for a in self.actors)
+
+    def holding(self) -> list[Actor]:
+        return [a for a in self.actors if a.input.holding]
+
+    def flush_held(self) -> bool:
+        flushed = False
+        for actor in self.actors:
+            flushed |= actor.input.request_flush()
+        return flushed
+
+    def any_parked(self) -> bool:
+        return any(a.input.parked for a in self.actors)
 
     def clear_inboxes(self) -> None:
         for actor in self.actors:

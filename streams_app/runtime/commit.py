@@ -142,7 +142,7 @@ class Committer:
         offsets: dict[TopicPartition, int] = {}
         for task in tasks:
             for tp, offset in task.offsets.items():
-                if task.committed.get(tp) != offset:
+                if task.touched or task.committed.get(tp) != offset:
                     offsets[tp] = offset
         return offsets
 

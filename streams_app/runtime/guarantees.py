@@ -30,7 +30,7 @@ def consumer_config(settings: Settings) -> ConsumerConfig:
         group_id=settings.id,
         isolation_level="read_committed",
         enable_auto_commit=False,
-        auto_offset_reset="earliest",
+        auto_offset_reset=getattr(settings, "consumer_auto_offset_reset", "earliest"),
         session_timeout_ms=int(settings.session_timeout * 1000),
         heartbeat_interval_ms=int(settings.heartbeat_interval * 1000),
         max_poll_interval_ms=int(settings.max_poll_interval * 1000),

@@ -44,6 +44,7 @@ class Task:
         "state",
         "stores",
         "tables",
+        "touched",
     )
 
     def __init__(
@@ -66,6 +67,9 @@ class Task:
         #: Per table, the future of the last changelog record sent in the open transaction.
         self.changelog_last: dict[str, SendFuture] = {}
         self.state = RESTORING
+        #: An ``on_leader`` timer ran for this task: its offsets go into the next commit even
+        #: unchanged, so a deposed leader's commit is fenced by the group generation (KIP-447).
+        self.touched = False
 
     def open_table(self, table: Table) -> PartitionTransaction:
         """The task's pending-writes view of ``table``; checks co-partitioning on first use."""
@@ -86,7 +90,7 @@ class Task:
 
     @property
     def has_uncommitted(self) -> bool:
-        if self.offsets != self.committed:
+        if self.touched or self.offsets != self.committed:
             return True
         return any(tx.dirty for tx in self.tables.values())
 
@@ -96,9 +100,11 @@ class Task:
             tx.discard()
         self.changelog_last.clear()
         self.offsets = dict(self.committed)
+        self.touched = False
 
     def mark_committed(self) -> None:
         self.committed = dict(self.offsets)
+        self.touched = False
 
     def __repr__(self) -> str:
         return f"<Task {self.id} {self.state}>"

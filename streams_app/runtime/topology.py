@@ -2,9 +2,10 @@
 
 At start the worker resolves every topic's partition count (creating missing topics with the
 declared or default count), derives the internal topics (table changelogs, compacted; group_by
-repartition topics; dead-letter topics), groups input topics by partition count into
-co-partitioned task groups, and checks that every table matches a group. Any mismatch stops the
-worker here, with the topic and the fix in the message.
+repartition topics; dead-letter topics; Faust's leader topic when ``on_leader`` timers or tasks
+exist), groups input topics by partition count into co-partitioned task groups, and checks that
+every table matches a group. Any mismatch stops the worker here, with the topic and the fix in
+the message.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from streams_app.app import names
 from streams_app.errors import TopologyError
 from streams_app.settings import Settings
 from streams_app.transport.base import AdminClient, TopicSpec
@@ -36,22 +38,42 @@ class TopologyPlan:
     tables_by_group: dict[int, list[str]] = field(default_factory=dict)
     #: Source topic -> dead-letter topic.
     dead_letter_topics: dict[str, str] = field(default_factory=dict)
+    #: Table name -> its partition count.
+    table_partitions: dict[str, int] = field(default_factory=dict)
+    #: Faust's leader topic (one partition; its owner runs ``on_leader`` timers), if used.
+    leader_topic: str | None = None
 
 
 def dead_letter_topic(settings: Settings, topic: str) -> str:
     return settings.dead_letter_topic.replace("{topic}", topic)
 
 
+def _wants_leader(app: App) -> bool:
+    if getattr(app.conf, "topic_disable_leader", False):
+        return False
+    return any(t.on_leader for t in app.timers) or any(t.on_leader for t in app.tasks)
+
+
 async def plan_topology(app: App, runner: AgentRunner, admin: AdminClient) -> TopologyPlan:
     conf = app.conf
     inputs = sorted(runner.source_topics())
-    if not inputs:
+    leader = names.leader_topic(conf.id) if _wants_leader(app) else None
+    if not inputs and leader is None and not app.timers and not app.tasks:
         raise TopologyError(f"app {app.id!r} has no agents: nothing to consume")
+    if leader is not None:
+        inputs.append(leader)
+    if not inputs:
+        raise TopologyError(
+            f"app {app.id!r} has no agent reading a topic: a worker needs one to join its "
+            "consumer group (timers alone have nothing to commit)"
+        )
 
     declared = dict(app.topics)
-    names = set(declared) | {t.changelog_topic for t in app.tables.values()}
-    names |= {dead_letter_topic(conf, name) for name in inputs}
-    existing = await admin.partition_counts(sorted(names))
+    names_needed = set(declared) | {t.changelog_topic_name for t in app.tables.values()}
+    names_needed |= {dead_letter_topic(conf, name) for name in inputs if name != leader}
+    if leader is not None:
+        names_needed.add(leader)
+    existing = await admin.partition_counts(sorted(names_needed))
     counts: dict[str, int] = {}
     to_create: list[TopicSpec] = []
 
@@ -80,34 +102,42 @@ async def plan_topology(app: App, runner: AgentRunner, admin: AdminClient) -> To
                 f"declares {topic.partitions}: change partitions= to {existing[name]} or "
                 "recreate the topic"
             )
-    # 2. Repartition topics: as many partitions as their source unless declared.
+    # 2. Repartition topics: as many partitions as declared (Faust: topic_partitions), else
+    # as their source.
     for name, source in runner.repartition_sources.items():
         topic = declared[name]
         want(name, topic.partitions or counts[source], topic.config, topic.replicas)
+    if leader is not None:
+        want(leader, 1)
 
     groups = {count: index for index, count in enumerate(sorted({counts[t] for t in inputs}))}
+    data_counts = sorted({counts[t] for t in inputs if t != leader})
 
     # 3. Tables: co-partitioned with a task group; changelogs compacted, one partition each.
     changelogs: dict[str, str] = {}
     tables_by_group: dict[int, list[str]] = {}
+    table_partitions: dict[str, int] = {}
     for table in app.tables.values():
         partitions = table.partitions
         if partitions is None:
-            if len(groups) != 1:
+            if len(data_counts) == 1:
+                partitions = data_counts[0]
+            elif conf.topic_partitions in data_counts or table.is_global:
+                partitions = conf.topic_partitions  # Faust's default for a table
+            else:
                 raise TopologyError(
                     f"table {table.name!r} does not say its partition count and the input "
-                    f"topics have several ({sorted(groups)}): pass partitions= to app.Table "
+                    f"topics have several ({data_counts}): pass partitions= to app.Table "
                     "(equal to the partition count of the topic that updates it)"
                 )
-            partitions = next(iter(groups))
             table.partitions = partitions
-        if partitions not in groups:
+        if partitions not in groups and not table.is_global:
             raise TopologyError(
                 f"table {table.name!r} has {partitions} partitions but no input topic does "
                 f"(input topics have {sorted(groups)}): tables are co-partitioned with the "
                 "topics that update them"
             )
-        changelog = table.changelog_topic
+        changelog = table.changelog_topic_name
         if changelog in existing and existing[changelog] != partitions:
             raise TopologyError(
                 f"changelog topic {changelog!r} has {existing[changelog]} partitions, table "
@@ -115,11 +145,15 @@ async def plan_topology(app: App, runner: AgentRunner, admin: AdminClient) -> To
             )
         want(changelog, partitions, {"cleanup.policy": "compact"})
         changelogs[table.name] = changelog
-        tables_by_group.setdefault(groups[partitions], []).append(table.name)
+        table_partitions[table.name] = partitions
+        if partitions in groups:
+            tables_by_group.setdefault(groups[partitions], []).append(table.name)
 
     # 4. Dead-letter topics, one per input topic, same partitioning (keeps source order).
     dead_letters: dict[str, str] = {}
     for name in inputs:
+        if name == leader:
+            continue
         dlq = dead_letter_topic(conf, name)
         dead_letters[name] = dlq
         if dlq not in counts:
@@ -127,6 +161,11 @@ async def plan_topology(app: App, runner: AgentRunner, admin: AdminClient) -> To
 
     missing = [spec for spec in to_create if spec.name not in existing]
     if missing:
+        if not getattr(conf, "topic_allow_declare", True):
+            raise TopologyError(
+                f"topics {sorted(s.name for s in missing)} do not exist and topic_allow_declare "
+                "is off: create them, or turn topic_allow_declare on"
+            )
         await admin.create_topics(_unique(missing))
     return TopologyPlan(
         input_topics=inputs,
@@ -135,6 +174,8 @@ async def plan_topology(app: App, runner: AgentRunner, admin: AdminClient) -> To
         changelog_topics=changelogs,
         tables_by_group=tables_by_group,
         dead_letter_topics=dead_letters,
+        table_partitions=table_partitions,
+        leader_topic=leader,
     )
 
 

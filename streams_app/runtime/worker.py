@@ -4,6 +4,11 @@ The worker's loop is deliberately plain: fetch a batch, hand each record to the 
 consume its topic, wait until they have processed all of it, and commit when due. Everything
 that changes ownership (rebalance callbacks) or undoes work (aborts) happens under one processing
 lock, so a commit, a revocation and an abort never interleave.
+
+Two things may keep an agent busy across batches without blocking the loop: an RPC ``ask``
+waiting for its reply (the agent is *parked*, and the reply may come from this very worker), and
+``take()`` holding values. The loop then keeps fetching and processing, and commits only once
+every agent and timer is idle again (holding streams are asked to flush first).
 """
 
 from __future__ import annotations
@@ -16,10 +21,17 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streams_app.app.context import Event, SendFuture, current_event, current_runtime
+from streams_app.app.context import (
+    MISSING,
+    Event,
+    SendFuture,
+    current_event,
+    current_runtime,
+)
+from streams_app.app.faust_settings import AppSettings
 from streams_app.codecs import DecodeError
 from streams_app.errors import WorkerStopped
-from streams_app.runtime import guarantees
+from streams_app.runtime import guarantees, rpc
 from streams_app.runtime.actor import AgentRunner
 from streams_app.runtime.clock import Clock, SystemClock
 from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN, Committer
@@ -29,11 +41,16 @@ from streams_app.runtime.errors_policy import (
     Failure,
     dead_letter_headers,
 )
+from streams_app.runtime.global_tables import GlobalTables
+from streams_app.runtime.plain_producer import PlainProducer
 from streams_app.runtime.producer import StreamsProducer
+from streams_app.runtime.scope import current_parkable, in_processing
+from streams_app.runtime.services import Services
 from streams_app.runtime.task import RUNNING, Task
 from streams_app.runtime.task_manager import TaskManager
+from streams_app.runtime.timers import TimerScheduler
 from streams_app.runtime.topology import TopologyPlan, plan_topology
-from streams_app.settings import AT_MOST_ONCE, Settings
+from streams_app.settings import AT_MOST_ONCE
 from streams_app.state.base import Store
 from streams_app.state.directory import StateDirectory
 from streams_app.state.factory import open_store
@@ -42,12 +59,14 @@ from streams_app.transport.base import (
     ConsumerClient,
     RecordLike,
     TopicPartition,
+    TopicSpec,
     Transport,
 )
-from streams_app.transport.errors import TransportError
+from streams_app.transport.errors import GroupProtocolMismatchError, TransportError
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
+    from streams_app.app.channel import Channel
     from streams_app.app.table import Table
     from streams_app.app.topic import Topic
 
@@ -64,6 +83,20 @@ class AgentFailed(Exception):
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.describe())
         self.failure = failure
+
+
+class _NoTables:
+    """The task scope of channel values sent from outside processing: no table partition."""
+
+    tables: dict[str, Any] = {}
+
+    def open_table(self, table: Table) -> Any:
+        from streams_app.errors import TopologyError
+
+        raise TopologyError(
+            f"table {table.name!r} was used by an agent reading a channel fed from outside "
+            "processing: there is no partition to write; send to a topic instead"
+        )
 
 
 class Worker:
@@ -83,19 +116,26 @@ class Worker:
         self.app = app
         conf = dataclasses.replace(app.conf, **overrides) if overrides else app.conf
         conf.validate()
-        self.conf: Settings = conf
+        self.conf: AppSettings = conf
         self.transport: Transport = transport or app.transport()
         self.clock: Clock = clock or SystemClock()
-        self._timer_due: dict[str, float] = {}
         #: (topic, partition) -> its src_topic and src_partition lineage headers, made once.
         self._lineage: dict[tuple[str, int], tuple[tuple[str, bytes], tuple[str, bytes]]] = {}
         self.runner = AgentRunner(app)
+        self.runner.replier = self._reply
         self.policy = ErrorPolicy(conf)
+        self.timers = TimerScheduler(
+            app, self.clock, is_leader=self.is_leader, leader_scope=self._leader_task
+        )
+        self.services = Services(app)
         self.started = asyncio.Event()
         self.stopped = asyncio.Event()
         self._stop_requested = asyncio.Event()
         self._lock = asyncio.Lock()
         self._backoff_until = 0.0
+        self._rebalancing = False
+        self._foreign_warned = -1e9
+        self._soon: list[tuple[bool, Topic, dict[str, Any]]] = []
         self.records_processed = 0
         self.dead_lettered = 0
         self.error: BaseException | None = None
@@ -107,6 +147,9 @@ class Worker:
         self._consumer: ConsumerClient | None = None
         self._restore_consumer: ConsumerClient | None = None
         self._producer: StreamsProducer | None = None
+        self._plain: PlainProducer | None = None
+        self._rpc: rpc.RpcClient | None = None
+        self._global: GlobalTables | None = None
         self._tasks: TaskManager | None = None
         self._committer: Committer | None = None
 
@@ -136,6 +179,35 @@ class Worker:
     def admin(self) -> AdminClient:
         assert self._admin is not None, "worker not started"
         return self._admin
+
+    @property
+    def plain(self) -> PlainProducer:
+        if self._plain is None:
+            self._plain = PlainProducer(self.transport, f"{self.conf.id}-plain")
+        return self._plain
+
+    @property
+    def rpc(self) -> rpc.RpcClient:
+        if self._rpc is None:
+            process = (
+                self.directory.process_id if self.directory else rpc.RpcClient.new_correlation_id()
+            )
+            self._rpc = rpc.RpcClient(
+                self.transport,
+                self.plain,
+                app_id=self.conf.id,
+                reply_to=self.conf.reply_to or f"{self.conf.reply_to_prefix}{process}",
+                replication_factor=self.conf.topic_replication_factor,
+                reply_expires=self.conf.reply_expires,
+            )
+            if self._admin is not None:
+                self._rpc.bind_admin(self._admin)
+        return self._rpc
+
+    @property
+    def _timer_due(self) -> dict[str, float]:
+        """Timer name -> when it is next due (the test harness steps time to these)."""
+        return self.timers.due
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -181,11 +253,16 @@ class Worker:
         self._admin = admin
         if conf.exactly_once:
             await admin.check_exactly_once_support()
+        await self.app.on_worker_init.send()
 
         # Agents run up to their first `async for`, declaring group_by topics on the way.
         self.runner.start()
         await self.runner.wait_started(timeout=30.0)
         self.plan = await plan_topology(self.app, self.runner, admin)
+        if any(a.isolated_partitions for a in self.app.agents):
+            # One actor per partition: now that the partition counts are known.
+            self.runner.partition_counts = dict(self.plan.partition_counts)
+            await self.runner.restart()
         for table in self.app.tables.values():
             self.stores[table.name] = open_store(conf.store, self.directory, table.name)
         self._tasks = TaskManager(self.plan, self.stores)
@@ -198,6 +275,17 @@ class Worker:
         await self._producer.start()  # exactly-once: fences our previous incarnation
         self._restore_consumer = self.transport.consumer(guarantees.restore_consumer_config(conf))
         await self._restore_consumer.start()
+        global_tables = [t for t in self.app.tables.values() if t.is_global]
+        if global_tables:
+            plan = self.plan
+            self._global = GlobalTables(
+                global_tables,
+                self.stores,
+                plan.changelog_topics,
+                {t.name: plan.table_partitions[t.name] for t in global_tables},
+                owned=self._owns_changelog_partition,
+            )
+            await self._global.start(self.transport, admin, conf.id, conf.restore_timeout)
         self._consumer = self.transport.consumer(guarantees.consumer_config(conf))
         await self._consumer.start()
         plan = self.plan
@@ -210,17 +298,22 @@ class Worker:
             clear_inboxes=self.runner.clear_inboxes,
             clock=self.clock,
         )
-        now = self.clock.monotonic()
-        self._timer_due = {t.name: now + t.interval for t in self.app.timers}
+        self.timers.start()
+        await self.services.start_services()
         self._consumer.subscribe(self.plan.input_topics, _RebalanceListener(self))
         self.started.set()
+        self.services.start_tasks(leader=False)
         log.info("worker %s started; inputs %s", conf.id, ", ".join(self.plan.input_topics))
 
     async def _shutdown(self) -> None:
+        await self.app.on_before_shutdown.send()
+        await self.services.stop()
         if self._committer is not None and self._tasks is not None:
             async with self._lock:
-                if self.error is None:
+                quiet = self.runner.all_idle() and not self.timers.busy
+                if self.error is None and quiet:
                     try:
+                        await self._flush_soon()
                         await self.committer.commit()
                     except Exception as exc:
                         log.warning("final commit failed (%s); aborting", type(exc).__name__)
@@ -228,7 +321,12 @@ class Worker:
                 else:
                     await self._safe_abort()
                 self.tasks.close_all()
+        await self.timers.cancel()
         await self.runner.stop()
+        if self._global is not None:
+            await self._global.stop()
+        if self._rpc is not None:
+            await self._rpc.stop()
         for client in (self._consumer, self._restore_consumer):
             if client is not None:
                 try:
@@ -237,6 +335,9 @@ class Worker:
                     log.warning("closing a consumer failed: %s", type(exc).__name__)
         if self._producer is not None:
             await self._producer.stop()
+        if self._plain is not None:
+            with contextlib.suppress(Exception):
+                await self._plain.stop()
         if self._admin is not None:
             with contextlib.suppress(Exception):
                 await self._admin.close()
@@ -247,6 +348,7 @@ class Worker:
 
     async def _safe_abort(self) -> None:
         try:
+            await self.timers.cancel()
             await self.committer.abort()
         except Exception as exc:
             log.warning("abort during shutdown failed: %s", type(exc).__name__)
@@ -268,12 +370,16 @@ class Worker:
             if self.tasks.restoring():
                 await self._restore()
                 continue
-            batch = await self.consumer.getmany(
-                timeout_ms=poll_ms, max_records=conf.max_poll_records
-            )
+            try:
+                batch = await self.consumer.getmany(
+                    timeout_ms=poll_ms, max_records=conf.max_poll_records
+                )
+            except GroupProtocolMismatchError as exc:
+                await self._wait_for_foreign_members(exc)
+                continue
             async with self._lock:
-                if self._timer_due:
-                    await self._run_due_timers()
+                if self.timers.any_due() and not await self._run_due_timers():
+                    continue
                 if not batch and self.committer.due(interval, conf.commit_every):
                     # Idle: a trailing transaction marker may have moved the position.
                     await self._sync_positions(list(self.tasks.by_tp))
@@ -288,7 +394,14 @@ class Worker:
                 if self.conf.processing_guarantee == AT_MOST_ONCE:
                     await committer.commit_offsets_before_processing(self._batch_offsets(batch))
                 await self._process(batch)
-            if committer.due(interval, self.conf.commit_every) and await committer.commit():
+            else:
+                await self._settle()
+            await self._flush_soon()
+            if (
+                committer.due(interval, self.conf.commit_every)
+                and await self._quiescent()
+                and await committer.commit()
+            ):
                 self.policy.succeeded()
         except AgentFailed as failed:
             await self._on_agent_failure(failed.failure)
@@ -296,12 +409,32 @@ class Worker:
             await self._on_migrated(exc)
         except PRODUCER_BROKEN as exc:
             log.warning("transaction failed (%s): aborting and retrying", type(exc).__name__)
-            await committer.abort(recreate_producer=True)
-            await self.runner.restart()
+            await self._abort(recreate_producer=True)
         except TransportError as exc:
             log.warning("transaction failed (%s): aborting and retrying", type(exc).__name__)
-            await committer.abort(recreate_producer=True)
-            await self.runner.restart()
+            await self._abort(recreate_producer=True)
+
+    async def _abort(self, *, recreate_producer: bool = False) -> None:
+        self._soon.clear()
+        await self.timers.cancel()
+        await self.committer.abort(recreate_producer=recreate_producer)
+        await self.runner.restart()
+
+    async def _wait_for_foreign_members(self, exc: GroupProtocolMismatchError) -> None:
+        """Switching a group over from another framework: its last workers may still be in the
+        group (stopping, or killed and not yet expired). Wait and rejoin, saying so."""
+        now = self.clock.monotonic()
+        if now - self._foreign_warned > 10.0:
+            self._foreign_warned = now
+            log.warning("%s: waiting for them to leave, then joining (stop them all)", exc)
+        await self._sleep_unless_stopped(1.0)
+        assert self.plan is not None
+        async with self._lock:
+            await self._abort()
+            self.tasks.close_all()
+            self.committer.group = None
+            self.consumer.unsubscribe()
+            self.consumer.subscribe(self.plan.input_topics, _RebalanceListener(self))
 
     async def _sleep_unless_stopped(self, seconds: float) -> None:
         sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
@@ -310,19 +443,37 @@ class Worker:
         for pending in (sleeper, stopper):
             pending.cancel()
 
-    async def _run_due_timers(self) -> None:
-        """Run timers whose time has come; what they send joins the open transaction."""
-        now = self.clock.monotonic()
-        for timer in self.app.timers:
-            due = self._timer_due.get(timer.name)
-            if due is None or now < due:
-                continue
-            self._timer_due[timer.name] = now + timer.interval
-            try:
-                await timer.fun()
-            except Exception as exc:
-                await self._on_agent_failure(Failure.of(f"timer:{timer.name}", exc, None))
-                return
+    async def _run_due_timers(self) -> bool:
+        """Run timers whose time has come; what they send joins the open transaction.
+        False when one failed (the failure has been handled)."""
+        failed = await self.timers.run_due()
+        for run in failed:
+            assert run.error is not None
+            await self._on_agent_failure(Failure.of(f"timer:{run.timer.name}", run.error, None))
+            return False
+        return True
+
+    async def _settle(self) -> None:
+        """Wait until every agent and timer waits for input, is parked, or holds values; raise
+        the first agent failure."""
+        await self.runner.wait_settled()
+        for actor in self.runner.failed():
+            error = actor.error
+            assert error is not None
+            event = actor.failed_event
+            if event is not None and event.offset < 0:
+                event = None  # a channel value: not a record of a topic
+            raise AgentFailed(Failure.of(actor.name, error, event))
+        for run in await self.timers.wait_settled():
+            assert run.error is not None
+            raise AgentFailed(Failure.of(f"timer:{run.timer.name}", run.error, None))
+
+    async def _quiescent(self) -> bool:
+        """Everything handed out is fully processed (``take`` buffers flushed first)."""
+        if self.runner.flush_held():
+            await self._settle()
+            await self._flush_soon()
+        return self.runner.all_idle() and not self.timers.busy and not self._soon
 
     def _batch_offsets(
         self, batch: Mapping[TopicPartition, Sequence[RecordLike]]
@@ -342,11 +493,7 @@ class Worker:
                 self.consumer.seek(key, task.offsets.get(key, records[0].offset))
                 continue
             processed += await self._dispatch(task, TopicPartition(tp[0], tp[1]), records)
-        await self.runner.wait_idle()
-        for actor in self.runner.failed():
-            error = actor.error
-            assert error is not None
-            raise AgentFailed(Failure.of(actor.name, error, actor.failed_event))
+        await self._settle()
         self.records_processed += processed
         self.committer.records_since_commit += processed
         await self._sync_positions(batch)
@@ -372,6 +519,7 @@ class Worker:
     async def _dispatch(self, task: Task, tp: TopicPartition, records: Sequence[RecordLike]) -> int:
         topic = self.app.topics[tp.topic]
         load_key, load_value = topic.key_codec.loads, topic.value_codec.loads
+        from_payload = getattr(topic.value_codec, "from_payload", None)
         streams = [
             actors[tp.partition % len(actors)].input for actors in self.runner.actor_lists(tp.topic)
         ]
@@ -391,9 +539,22 @@ class Worker:
                     offsets[tp] = offset + 1
                     continue
             raw_key, raw_value = record.key, record.value
+            headers = tuple(record.headers)
+            reply_to = correlation_id = None
             try:
                 key = None if raw_key is None else load_key(raw_key)
-                value = None if raw_value is None else load_value(raw_value)
+                if headers:
+                    reply_to, correlation_id = rpc.request_headers(headers)
+                envelope = (
+                    rpc.unwrap_envelope(raw_value)
+                    if raw_value is not None and reply_to is None and raw_value[:1] == b"{"
+                    else None
+                )
+                if envelope is not None:
+                    reply_to, correlation_id, payload = envelope
+                    value = from_payload(payload) if from_payload is not None else payload
+                else:
+                    value = None if raw_value is None else load_value(raw_value)
             except Exception as exc:  # a poison record: dead-letter it, never crash-loop
                 error = exc if isinstance(exc, DecodeError) else DecodeError(str(exc))
                 await self._dead_letter(record, error, None)
@@ -406,15 +567,18 @@ class Worker:
                 record.timestamp,
                 key,
                 value,
-                tuple(record.headers),
+                headers,
                 raw_key,
                 raw_value,
                 task,
+                reply_to,
+                correlation_id,
             )
             for stream in streams:
                 stream.feed(event)
             if forwarders:
                 token = current_event.set(event)
+                scope = in_processing.set(True)
                 try:
                     for forwarder in forwarders:
                         await forwarder.forward(event)
@@ -422,6 +586,7 @@ class Worker:
                     name = f"group_by:{forwarder.target.name}"
                     raise AgentFailed(Failure.of(name, exc, event)) from exc
                 finally:
+                    in_processing.reset(scope)
                     current_event.reset(token)
             offsets[tp] = offset + 1
             count += 1
@@ -467,6 +632,8 @@ class Worker:
             decision.value,
             exc_info=failure.error,
         )
+        self._soon.clear()
+        await self.timers.cancel()
         if self.conf.processing_guarantee == AT_MOST_ONCE:
             # The offsets were committed before processing: the record is simply lost.
             await self.runner.restart()
@@ -479,6 +646,8 @@ class Worker:
             self._backoff_until = self.clock.monotonic() + self.policy.backoff(failure)
 
     async def _on_migrated(self, exc: BaseException) -> None:
+        self._soon.clear()
+        await self.timers.cancel()
         await self.committer.task_migrated(exc)
         await self.runner.restart()
         assert self.plan is not None
@@ -494,7 +663,48 @@ class Worker:
             await self.tasks.restore(
                 restoring, self._restore_consumer, self.admin, self.conf.restore_timeout
             )
-            self.consumer.resume([tp for task in restoring for tp in task.partitions])
+            assigned = self.consumer.assignment()
+            self.consumer.resume(
+                [tp for task in restoring for tp in task.partitions if tp in assigned]
+            )
+            done = not self.tasks.restoring()
+        if done and self._rebalancing:
+            self._rebalancing = False
+            self.services.start_tasks(leader=self.is_leader())
+            await self.app.on_rebalance_complete.send()
+
+    # -- leader ---------------------------------------------------------------------------
+
+    def _leader_tp(self) -> TopicPartition | None:
+        plan = self.plan
+        if plan is None or plan.leader_topic is None:
+            return None
+        return TopicPartition(plan.leader_topic, 0)
+
+    def is_leader(self) -> bool:
+        tp = self._leader_tp()
+        if tp is None or self._tasks is None:
+            return False
+        task = self._tasks.by_tp.get(tp)
+        return task is not None and task.state == RUNNING
+
+    def _leader_task(self) -> Task | None:
+        tp = self._leader_tp()
+        if tp is None or self._tasks is None:
+            return None
+        return self._tasks.by_tp.get(tp)
+
+    def _owns_changelog_partition(self, tp: TopicPartition) -> bool:
+        """Whether a local task keeps this changelog partition (global tables)."""
+        if self._tasks is None or self.plan is None:
+            return False
+        for task in self._tasks.tasks.values():
+            if task.id.partition != tp.partition:
+                continue
+            for table in self.plan.tables_by_group.get(task.id.group, ()):
+                if self.plan.changelog_topics[table] == tp.topic:
+                    return True
+        return False
 
     # -- what agents, topics and tables call ----------------------------------------------
 
@@ -509,15 +719,40 @@ class Worker:
         timestamp: float | None = None,
     ) -> SendFuture:
         raw_key, raw_value = topic.encode(key, value)
+        return await self._send_raw(
+            topic.name, raw_key, raw_value, headers, partition, timestamp, in_processing.get()
+        )
+
+    async def _send_raw(
+        self,
+        topic: str,
+        raw_key: bytes | None,
+        raw_value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None,
+        partition: int | None,
+        timestamp: float | None,
+        transactional: bool,
+    ) -> SendFuture:
         if headers is None:
             out: list[tuple[str, bytes]] = []
         elif isinstance(headers, Mapping):
-            out = list(headers.items())
+            out = [(k, v if isinstance(v, bytes) else str(v).encode()) for k, v in headers.items()]
         else:
             out = list(headers)
+        timestamp_ms = None if timestamp is None else int(timestamp * 1000)
+        if not transactional:
+            # Tasks, services, pages, signal receivers: outside any transaction.
+            return await self.plain.send(
+                topic,
+                key=raw_key,
+                value=raw_value,
+                partition=partition,
+                headers=out or None,
+                timestamp_ms=timestamp_ms,
+            )
         if self.conf.lineage_headers:
             event = current_event.get()
-            if event is not None:
+            if event is not None and event.offset >= 0:
                 source = self._lineage.get((event.topic, event.partition))
                 if source is None:
                     source = self._lineage[(event.topic, event.partition)] = (
@@ -531,23 +766,204 @@ class Worker:
             out.append((H_TXN_ID, (self.producer.transactional_id or "").encode()))
             out.append((H_GENERATION, b"%d" % (group.generation_id if group else -1)))
         return await self.producer.send(
-            topic.name,
+            topic,
             key=raw_key,
             value=raw_value,
             partition=partition,
             headers=out or None,
-            timestamp_ms=None if timestamp is None else int(timestamp * 1000),
+            timestamp_ms=timestamp_ms,
         )
+
+    def send_soon(
+        self,
+        topic: Topic,
+        *,
+        key: Any = None,
+        value: Any = None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+    ) -> None:
+        options = {"key": key, "value": value, "headers": headers, "partition": partition}
+        self._soon.append((in_processing.get(), topic, options))
+
+    async def _flush_soon(self) -> None:
+        while self._soon:
+            pending, self._soon = self._soon, []
+            for transactional, topic, options in pending:
+                raw_key, raw_value = topic.encode(options["key"], options["value"])
+                await self._send_raw(
+                    topic.name,
+                    raw_key,
+                    raw_value,
+                    options["headers"],
+                    options["partition"],
+                    None,
+                    transactional,
+                )
+
+    async def forward(
+        self, topic: Topic, event: Event, *, key: Any = None, partition: int | None = None
+    ) -> SendFuture:
+        raw_key = event.raw_key if key is None else topic.key_codec.dumps(key)
+        return await self._send_raw(
+            topic.name,
+            raw_key,
+            event.raw_value,
+            event.headers or None,
+            partition,
+            None,
+            in_processing.get(),
+        )
+
+    async def _reply(self, event: Event, value: Any) -> None:
+        """A generator agent yielded while processing an RPC request: the reply, inside the
+        transaction (and to a waiter in this process at once)."""
+        assert event.reply_to is not None and event.correlation_id is not None
+        raw = rpc.encode_reply(event.key, value, event.correlation_id)
+        await self._send_raw(event.reply_to, None, raw, None, None, None, in_processing.get())
+        if self._rpc is not None:
+            self._rpc.resolve(event.correlation_id, rpc.decode_reply(raw)[1])  # type: ignore[index]
+
+    async def ask(
+        self,
+        topic: Topic,
+        *,
+        key: Any = None,
+        value: Any = None,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        timestamp: float | None = None,
+        reply_to: str | None = None,
+        correlation_id: str | None = None,
+    ) -> Any:
+        raw_key, raw_value = topic.encode(key, value)
+        if correlation_id is None:
+            event = current_event.get()
+            if event is not None and event.offset >= 0 and in_processing.get():
+                event.asks += 1
+                correlation_id = (
+                    f"{self.conf.id}:{event.topic}:{event.partition}:{event.offset}:{event.asks}"
+                )
+            else:
+                correlation_id = rpc.RpcClient.new_correlation_id()
+        if isinstance(headers, Mapping):
+            extra = [
+                (k, v if isinstance(v, bytes) else str(v).encode()) for k, v in headers.items()
+            ]
+        else:
+            extra = list(headers or ())
+        parkable = current_parkable.get() if in_processing.get() else None
+        if parkable is not None:
+            parkable.park()
+        try:
+            return await self.rpc.ask(
+                topic.name,
+                key=raw_key,
+                value=raw_value,
+                partition=partition,
+                headers=extra,
+                timestamp_ms=None if timestamp is None else int(timestamp * 1000),
+                correlation_id=correlation_id,
+                reply_to=reply_to,
+            )
+        finally:
+            if parkable is not None:
+                parkable.unpark()
+
+    async def channel_send(
+        self,
+        channel: Channel,
+        *,
+        key: Any = None,
+        value: Any = None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+    ) -> None:
+        if in_processing.get():
+            self._feed_channel(channel, key, value, headers)
+            return
+        # From a task or service: the channel's agents run under the processing lock, like a
+        # batch, so that what they send joins a transaction at a quiescent point.
+        async with self._lock:
+            self._feed_channel(channel, key, value, headers)
+            try:
+                await self._settle()
+            except AgentFailed as failed:
+                await self._on_agent_failure(failed.failure)
+
+    def _feed_channel(
+        self,
+        channel: Channel,
+        key: Any,
+        value: Any,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None,
+    ) -> None:
+        source = current_event.get()
+        scope: Any = source.task if source is not None else (_NoTables())
+        items = tuple(headers.items()) if isinstance(headers, Mapping) else tuple(headers or ())
+        event = Event(
+            channel.name,
+            source.partition if source is not None else 0,
+            -1,
+            int(self.clock.time() * 1000),
+            key,
+            value,
+            items,
+            None,
+            None,
+            scope,
+        )
+        for actor in self.runner.channel_targets(channel.name):
+            actor.input.feed(event)
 
     def table_items(self, table: Table) -> Iterator[tuple[Any, Any]]:
         store = self.stores.get(table.name)
         if store is None or self._tasks is None:
             return
-        for task in list(self.tasks.tasks.values()):
-            if table.name not in self.tasks.plan.tables_by_group.get(task.id.group, ()):
-                continue
-            for raw_key, raw_value in store.partition(task.id.partition).items():
+        if table.is_global and self.plan is not None:
+            partitions: Iterable[int] = range(self.plan.table_partitions[table.name])
+        else:
+            partitions = [
+                task.id.partition
+                for task in list(self.tasks.tasks.values())
+                if table.name in self.tasks.plan.tables_by_group.get(task.id.group, ())
+            ]
+        for partition in partitions:
+            for raw_key, raw_value in store.partition(partition).items():
                 yield table.key_codec.loads(raw_key), table.value_codec.loads(raw_value)
+
+    def global_lookup(self, table: Table, key: Any) -> Any:
+        if self._global is None:
+            return MISSING
+        return self._global.lookup(table, key)
+
+    async def declare(self, topic: Topic) -> None:
+        counts = await self.admin.partition_counts([topic.name])
+        if topic.name in counts:
+            return
+        await self.admin.create_topics(
+            [
+                TopicSpec(
+                    topic.name,
+                    topic.partitions or self.conf.topic_partitions,
+                    topic.replicas or self.conf.topic_replication_factor,
+                    topic.config,
+                )
+            ]
+        )
+
+    def topic(self, name: str) -> Topic:
+        return self.app.topic(name)
+
+    @property
+    def rebalancing(self) -> bool:
+        return self._rebalancing
+
+    @property
+    def should_stop(self) -> bool:
+        return self._stop_requested.is_set()
+
+    async def sleep(self, seconds: float) -> None:
+        await self._sleep_unless_stopped(seconds)
 
     @property
     def state_path(self) -> Path | None:
@@ -564,44 +980,74 @@ class _RebalanceListener:
         worker = self.worker
         if worker._committer is None:
             return
+        worker._rebalancing = True
+        await worker.app.on_rebalance_start.send()
         async with worker._lock:
+            quiet = worker.runner.all_idle() and not worker.timers.busy
             try:
+                if not quiet:
+                    # An agent waits for an RPC reply (or a timer runs) mid-record: it cannot
+                    # commit half a record, so everything since the last commit is undone.
+                    raise RuntimeError("agents are not idle")
+                await worker._flush_soon()
                 await worker.committer.commit()
             except Exception as exc:  # never raise into the client: abort instead
                 log.warning("commit on revocation failed (%s); aborting", type(exc).__name__)
                 try:
+                    await worker.timers.cancel()
                     await worker.committer.abort(recreate_producer=isinstance(exc, PRODUCER_BROKEN))
                 except Exception:
                     await worker.producer.recreate()
+                if not quiet:
+                    await worker.runner.restart()
+            worker._soon.clear()
             worker.tasks.close_all()
             worker.committer.group = None
+        await worker.app.on_partitions_revoked.send(revoked)
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         worker = self.worker
         if worker._committer is None:
             return
+        worker._rebalancing = True
         async with worker._lock:
             consumer = worker.consumer
             worker.committer.group = consumer.group_metadata()
             tps = sorted(TopicPartition(tp[0], tp[1]) for tp in assigned)
             tasks = worker.tasks.assign(tps)
-            if not tps:
-                return
-            consumer.pause(tps)  # until the tables are restored
-            committed = await consumer.committed_offsets(tps)
-            missing = [tp for tp, offset in committed.items() if offset is None]
-            beginnings = await worker.admin.beginning_offsets(missing) if missing else {}
-            for tp in tps:
-                task = worker.tasks.by_tp[tp]
-                offset = committed.get(tp)
-                if offset is None:
-                    offset = beginnings.get(tp, 0)
-                task.committed[tp] = offset
-                task.offsets[tp] = offset
-                consumer.seek(tp, offset)
+            worker.runner.assign({(tp.topic, tp.partition) for tp in tps})
+            if worker._global is not None:
+                worker._global.reposition()
+            if tps:
+                await self._start_from_committed(tps)
             log.info(
                 "assigned %d partitions (%d new tasks), generation %s",
                 len(tps),
                 len(tasks),
                 worker.committer.group.generation_id if worker.committer.group else "?",
             )
+        await worker.app.on_partitions_assigned.send(assigned)
+        if not tps:
+            worker._rebalancing = False
+            await worker.app.on_rebalance_complete.send()
+
+    async def _start_from_committed(self, tps: list[TopicPartition]) -> None:
+        worker = self.worker
+        consumer = worker.consumer
+        consumer.pause(tps)  # until the tables are restored
+        committed = await consumer.committed_offsets(tps)
+        missing = [tp for tp, offset in committed.items() if offset is None]
+        starts: dict[TopicPartition, int] = {}
+        if missing:
+            if worker.conf.consumer_auto_offset_reset == "latest":
+                starts = await worker.admin.end_offsets(missing)
+            else:
+                starts = await worker.admin.beginning_offsets(missing)
+        for tp in tps:
+            task = worker.tasks.by_tp[tp]
+            offset = committed.get(tp)
+            if offset is None:
+                offset = starts.get(tp, 0)
+            task.committed[tp] = offset
+            task.offsets[tp] = offset
+            consumer.seek(tp, offset)

@@ -111,6 +111,12 @@ class PartitionTransaction:
         self._dirty.add(key)
         self._prepared = None
 
+    def pending(self, key: Any, default: Any = _MISSING) -> Any:
+        """The uncommitted write of ``key`` (a value or DELETED), or ``default``."""
+        if key in self._dirty:
+            return self._cache[key]
+        return default
+
     def contains(self, key: Any) -> bool:
         return self.get(key, DELETED) is not DELETED
 

@@ -917,7 +917,7 @@ class TopologyDriver:
             return out
         state: dict[Any, Any] = {}
         for r in sorted(
-            await self.backend.read(table.changelog_topic, committed=True),
+            await self.backend.read(table.changelog_topic_name, committed=True),
             key=lambda r: (r.partition, r.offset),
         ):
             if r.key is None:

@@ -32,6 +32,11 @@ class CommitFailedError(TransportError):
     """
 
 
+class GroupProtocolMismatchError(TransportError):
+    """The consumer group has live members that use another assignment protocol (the workers
+    of another framework, e.g. faust-streaming, not yet stopped or not yet expired)."""
+
+
 class SendFailedError(TransportError):
     """A record sent in the current transaction failed; committing would silently lose it."""
 

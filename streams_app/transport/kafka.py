@@ -59,6 +59,7 @@ from streams_app.transport.base import (
 from streams_app.transport.errors import (
     CommitFailedError,
     FatalProducerError,
+    GroupProtocolMismatchError,
     ProducerFencedError,
     SendFailedError,
     TransactionAbortableError,
@@ -277,6 +278,12 @@ class KafkaConsumerClient:
             raise error
         try:
             batch = await self._c.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        except aerrors.InconsistentGroupProtocolError as exc:
+            raise GroupProtocolMismatchError(
+                f"consumer group {self._config.group_id!r} has members that speak another "
+                "assignment protocol (workers of another framework, e.g. faust-streaming, still "
+                "running or not yet past their session timeout)"
+            ) from exc
         except aerrors.KafkaError as exc:
             raise TransportError(f"fetch failed: {exc!r}") from exc
         return {_ours(tp): records for tp, records in batch.items()}

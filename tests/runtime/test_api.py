@@ -48,7 +48,8 @@ async def test_group_by_repartitions_inside_the_transaction(
                     clicks, key=f"u{i % 13}", value=Click(user=f"u{i % 13}", page=page)
                 )
         out = await wait_for_records(bootstrap_servers, f"per-page-{unique}", len(pages))
-    repartition = f"gb-{unique}-count_pages-page-repartition"
+    # Faust's name: <agent>-<source topic>-<name>-repartition.
+    repartition = f"tests.runtime.test_api.count_pages-clicks-{unique}-page-repartition"
     data = await read_topics(bootstrap_servers, [repartition], isolation_level="read_committed")
     assert len(data[repartition]) == len(pages)
     # Every repartitioned record carries the lineage of the click that produced it.

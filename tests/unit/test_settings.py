@@ -38,9 +38,9 @@ def test_exactly_once_defaults_follow_kafka_streams() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "setting"),
     [
-        ({"processing_guarantee": "exactly_once"}, "processing_guarantee"),
+        ({"processing_guarantee": "exactly_twice"}, "processing_guarantee"),
         ({"transaction_timeout": 0.05, "commit_interval": 0.1}, "transaction_timeout"),
-        ({"broker": "kafka://nohostport"}, "broker"),
+        ({"broker": "kafka://host:port"}, "broker"),
         ({"store": "redis://"}, "store"),
         ({"error_policy": "ignore"}, "error_policy"),
         ({"heartbeat_interval": 10, "session_timeout": 10}, "heartbeat_interval"),

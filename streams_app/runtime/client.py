@@ -1,0 +1,164 @@
+"""The runtime of an app command (``python app.py <command>``): a client, not a worker.
+
+A command joins no consumer group and owns no partition. What it sends goes through a plain
+idempotent producer (acks=all), flushed before the command exits; ``agent.ask`` works through
+a reply topic of its own. Tables and channels need a worker and say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from streams_app.app.context import MISSING, Event, SendFuture
+from streams_app.runtime.plain_producer import PlainProducer
+from streams_app.runtime.rpc import RpcClient
+from streams_app.transport.base import AdminClient, TopicSpec, Transport
+
+if TYPE_CHECKING:
+    from streams_app.app.app import App
+    from streams_app.app.channel import Channel
+    from streams_app.app.table import Table
+    from streams_app.app.topic import Topic
+
+
+class ClientRuntime:
+    def __init__(self, app: App, transport: Transport | None = None) -> None:
+        self.app = app
+        self.transport = transport or app.transport()
+        self.producer = PlainProducer(self.transport, f"{app.conf.id}-client")
+        self._admin: AdminClient | None = None
+        self._rpc: RpcClient | None = None
+        self._pending: list[Any] = []
+
+    async def start(self) -> None:
+        admin = self.transport.admin()
+        await admin.start()  # raises BrokerUnavailable naming the address
+        self._admin = admin
+
+    async def stop(self) -> None:
+        try:
+            if self._pending:
+                await asyncio.gather(*self._pending, return_exceptions=True)
+            await self.producer.flush()
+        finally:
+            if self._rpc is not None:
+                await self._rpc.stop()
+            await self.producer.stop()
+            if self._admin is not None:
+                await self._admin.close()
+
+    @property
+    def rpc(self) -> RpcClient:
+        if self._rpc is None:
+            conf = self.app.conf
+            self._rpc = RpcClient(
+                self.transport,
+                self.producer,
+                app_id=conf.id,
+                reply_to=conf.reply_to or f"{conf.reply_to_prefix}{RpcClient.new_correlation_id()}",
+                replication_factor=conf.topic_replication_factor,
+                reply_expires=conf.reply_expires,
+            )
+            if self._admin is not None:
+                self._rpc.bind_admin(self._admin)
+        return self._rpc
+
+    async def send(
+        self,
+        topic: Topic,
+        *,
+        key: Any = None,
+        value: Any = None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        timestamp: float | None = None,
+    ) -> SendFuture:
+        raw_key, raw_value = topic.encode(key, value)
+        items = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
+        future = await self.producer.send(
+            topic.name,
+            key=raw_key,
+            value=raw_value,
+            partition=partition,
+            headers=items or None,
+            timestamp_ms=None if timestamp is None else int(timestamp * 1000),
+        )
+        self._pending.append(future)
+        return future
+
+    def send_soon(self, topic: Topic, **options: Any) -> None:
+        self._pending.append(asyncio.ensure_future(self.send(topic, **options)))
+
+    async def forward(
+        self, topic: Topic, event: Event, *, key: Any = None, partition: int | None = None
+    ) -> SendFuture:
+        raise RuntimeError("forwarding an event needs a running worker")
+
+    def table_items(self, table: Table) -> Iterator[tuple[Any, Any]]:
+        return iter(())
+
+    def global_lookup(self, table: Table, key: Any) -> Any:
+        return MISSING
+
+    async def declare(self, topic: Topic) -> None:
+        assert self._admin is not None
+        if topic.name in await self._admin.partition_counts([topic.name]):
+            return
+        conf = self.app.conf
+        await self._admin.create_topics(
+            [
+                TopicSpec(
+                    topic.name,
+                    topic.partitions or conf.topic_partitions,
+                    topic.replicas or conf.topic_replication_factor,
+                    topic.config,
+                )
+            ]
+        )
+
+    async def ask(
+        self,
+        topic: Topic,
+        *,
+        key: Any = None,
+        value: Any = None,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        timestamp: float | None = None,
+        reply_to: str | None = None,
+        correlation_id: str | None = None,
+    ) -> Any:
+        raw_key, raw_value = topic.encode(key, value)
+        items = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
+        return await self.rpc.ask(
+            topic.name,
+            key=raw_key,
+            value=raw_value,
+            partition=partition,
+            headers=items,
+            timestamp_ms=None if timestamp is None else int(timestamp * 1000),
+            correlation_id=correlation_id or RpcClient.new_correlation_id(),
+            reply_to=reply_to,
+        )
+
+    async def channel_send(self, channel: Channel, **options: Any) -> None:
+        raise RuntimeError("channels are in-process: send to a channel from a worker")
+
+    @property
+    def rebalancing(self) -> bool:
+        return False
+
+    @property
+    def should_stop(self) -> bool:
+        return False
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    def is_leader(self) -> bool:
+        return False
+
+    def topic(self, name: str) -> Topic:
+        return self.app.topic(name)
