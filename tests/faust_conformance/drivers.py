@@ -1,0 +1,408 @@
+"""One driver per app: the input it needs and what is compared between faust-streaming and
+streams_app.
+
+A driver runs the app (``ctx.start()``), feeds it, waits for what the app is meant to do, and
+returns an *observation*: a plain, deterministic summary (printed lines, committed topic bytes,
+final table state) that must be equal under both systems. Random values and timings in the
+examples are normalised away (``shape``), never the behaviour: where the examples print
+random numbers, the observation keeps their format; where they count, it keeps the counts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.faust_conformance.context import Context, shape
+
+Run = Callable[[Context], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Example:
+    """An app of the suite: one of faust-streaming's examples, or one of our guide apps."""
+
+    name: str
+    #: Path under faust-streaming's ``examples/`` (or under tests/faust_conformance/guide/).
+    path: str
+    run: Run | None = None
+    #: Why it is not run (network, Redis, Django, FastAPI, not a Faust app).
+    excluded: str | None = None
+    #: Runs, but is expected to differ until another issue lands (reason).
+    pending: str | None = None
+    #: ``faust -A module worker`` (the example has no ``app.main()``).
+    module_style: bool = False
+    #: Topics created before the app starts. Faust creates only its internal topics (agent
+    #: topics, changelogs, repartition topics), so an app's own topics must exist; and when an
+    #: internal topic appears after Faust's consumer joined, Faust ignores it ("Ignoring missing
+    #: topic") until the next rebalance: such topics are created beforehand too.
+    topics: tuple[tuple[str, int], ...] = ()
+    guide: bool = False
+    #: In ``make test`` (the rest runs in ``make faust-conformance``).
+    quick: bool = False
+
+
+# -- faust-streaming's examples ---------------------------------------------------------------
+
+
+async def hello_world(ctx: Context) -> dict[str, Any]:
+    ctx.start()
+
+    def greeted() -> int:
+        return len({line for line in ctx.printed("hello ")})
+
+    await ctx.wait(lambda: greeted() >= 100, "printed the 100 greetings of a timer run")
+
+    async def committed() -> bool:
+        return len({r.value for r in await ctx.read("greetings")}) >= 100
+
+    await ctx.wait(committed, "committed 100 greetings")
+    printed = sorted(set(ctx.printed("hello ")))
+    values = sorted({r.value.decode() for r in await ctx.read("greetings") if r.value})
+    ctx.stop()
+    return {"printed": printed, "greetings_topic_values": values}
+
+
+async def leader(ctx: Context) -> dict[str, Any]:
+    ctx.start()
+    await ctx.wait(
+        lambda: (
+            len(ctx.printed("PUBLISHING ON LEADER!")) >= 2
+            and len([x for x in ctx.printed("b'") if re.fullmatch(r"b'0\.\d+'", x)]) >= 2
+        ),
+        "published twice on the leader and printed it",
+        timeout=90,
+    )
+    topic = "leader-example-leader.say"
+
+    async def committed() -> bool:
+        return len(await ctx.read(topic)) >= 2
+
+    await ctx.wait(committed, "committed two greetings")
+    values = [r.value for r in await ctx.read(topic)]
+    ctx.stop()
+    return {
+        "agent_topic": topic,
+        "values_are_raw_floats": all(re.fullmatch(rb"0\.\d+", v or b"") for v in values),
+        "printed_as_bytes": sorted({shape(x) for x in ctx.printed("b'")}),
+    }
+
+
+def _bound_agent_outcomes(lines: list[str]) -> dict[str, Any]:
+    """Per action of the first timer run: where it ended (stage2, or a dead letter)."""
+    ended: Counter[str] = Counter()
+    batch: set[int] = set()
+    for line in lines:
+        match = re.search(r"\[(stage1|stage2|dead letter)\] (?:action )?arrived: (.*)$", line)
+        if not match:
+            continue
+        kind, what = match.groups()
+        ids = [int(i) for i in re.findall(r"device_id=(\d+)", what)]
+        if not ids:
+            continue
+        if kind == "stage1" and ids[0] == 0 and batch and 0 in batch:
+            break  # the next timer run
+        batch.add(ids[0])
+        if kind == "stage2" or kind == "dead letter":
+            ended[f"{ids[0]}"] += 1
+    size = max(batch) + 1 if batch else 0
+    return {
+        "every_action_ends_once": bool(batch) and all(ended[f"{i}"] == 1 for i in range(size)),
+        "ids_contiguous_from_0": batch == set(range(size)),
+    }
+
+
+async def bound_agent(ctx: Context) -> dict[str, Any]:
+    ctx.start()
+
+    def lines() -> list[str]:
+        return ctx.app.output().splitlines()
+
+    await ctx.wait(
+        lambda: sum("arrived: <" in line and "device_id=0" in line for line in lines()) >= 2,
+        "sent a batch of device actions through the channels",
+        timeout=90,
+    )
+    await ctx.wait(lambda: _bound_agent_outcomes(lines())["every_action_ends_once"], "settled")
+    ctx.stop()
+    return _bound_agent_outcomes(lines())
+
+
+async def rpc(ctx: Context) -> dict[str, Any]:
+    ctx.start()
+    await ctx.wait(
+        lambda: ctx.printed("JOINED:") and len(ctx.printed("RECEIVED REPLY:")) >= 7,
+        "joined and mapped through agent RPC (a timer calling an agent that asks another)",
+        timeout=120,
+    )
+    printed = await ctx.command_printing("x100", "3", text="3 * 100 = ")
+    command = [line for line in printed.splitlines() if "* 100 =" in line]
+    joined = ctx.printed("JOINED:")[0]
+    replies = sorted(ctx.printed("RECEIVED REPLY:")[:7])
+    ctx.stop()
+    return {"joined": joined, "mapped": replies, "x100_command": command}
+
+
+async def service(ctx: Context) -> dict[str, Any]:
+    ctx.start()
+    await ctx.wait(lambda: len(ctx.printed("Received: ")) >= 3, "received three greetings")
+    started = ctx.logged("MyService]: STARTED")
+    values = {r.value for r in await ctx.read("service-example-service.consumer")}
+    ctx.stop()
+    return {
+        "received": sorted(set(ctx.printed("Received: "))),
+        "service_started": started,
+        "service_stopped": ctx.logged("MyService]: STOPPED"),
+        "agent_topic_values": sorted(v.decode() for v in values if v),
+    }
+
+
+USERS = [f"user_{i}" for i in range(17)]
+
+
+def _withdrawals(count: int) -> list[tuple[bytes, bytes]]:
+    out = []
+    for i in range(count):
+        user = USERS[(i * 7) % len(USERS)]
+        value = {
+            "user": user,
+            "country": f"country_{i % 5}",
+            "amount": float(i % 100) + 0.5,
+            "date": f"2024-01-02T03:04:{i % 60:02d}+00:00",
+        }
+        out.append((user.encode(), json.dumps(value).encode()))
+    return out
+
+
+async def isolated_partitions(ctx: Context) -> dict[str, Any]:
+    records = _withdrawals(300)
+    await ctx.produce("withdrawals129", records)
+    ctx.start()
+    group = "faust-withdrawals29"
+    await ctx.wait(
+        lambda: ctx.committed_all(group, ["withdrawals129"]),
+        "committed every withdrawal (one agent instance per partition)",
+    )
+    ctx.stop()
+    table = await ctx.table("faust-withdrawals29-withdrawal-counts-changelog")
+    counts = {key: value for (_, key), value in table.items()}
+    # The example's own command, with its options (Faust's click options).
+    sent = ctx.command("produce", "--max-messages", "5", "--max-latency", "0")
+    total = len(await ctx.read("withdrawals129"))
+    return {
+        "counts": dict(sorted(counts.items())),
+        "expected": dict(sorted(Counter(k.decode() for k, _ in records).items())),
+        "produce_command_says": sent.strip().splitlines()[:1],
+        "records_after_command": total,
+    }
+
+
+async def tz_aware(ctx: Context) -> dict[str, Any]:
+    await ctx.produce("tz_aware_topic", [(None, b'{"random": 0.25}')])
+    ctx.start()
+    await ctx.wait(lambda: ctx.printed("record: "), "printed the record")
+    printed = ctx.printed("record: ")
+    ctx.stop()
+    return {"printed": printed}
+
+
+async def tz_unaware(ctx: Context) -> dict[str, Any]:
+    ctx.start()
+    await ctx.wait(
+        lambda: ctx.printed("record: "), "ran the every-minute crontab and printed", timeout=150
+    )
+    printed = [shape(line) for line in ctx.printed("record: ")[:1]]
+    cron = ctx.printed("-- We should send a message every minute --")[:1]
+    values = [r.value for r in await ctx.read("tz_unaware_topic")][:1]
+    ctx.stop()
+    return {
+        "cron_line": cron,
+        "printed": printed,
+        "topic_value": [shape(v.decode()) for v in values if v],
+    }
+
+
+async def kubernetes_consumer(ctx: Context) -> dict[str, Any]:
+    # What examples/kubernetes/producer would send: plain JSON scores under the key "score".
+    count = 200
+    records = [
+        (b"score", json.dumps({"index": i, "value": round(i / count, 2)}).encode())
+        for i in range(count)
+    ]
+    await ctx.produce("test", records)
+    ctx.start()
+    repartition = "consumer.print_totals-test-index_partition-repartition"
+    await ctx.wait(
+        lambda: ctx.committed_all("scores", ["test", repartition]),
+        "committed every score, through the repartition topic",
+    )
+    ctx.stop()
+    table = await ctx.table("scores-totals-changelog")
+    per_key = {key: v for (_, key), v in table.items() if key != "totals"}
+    totals = [v for (_, key), v in table.items() if key == "totals"]
+    # "totals" is not the record's key. Faust keeps one value per worker: the last write, in
+    # whichever partition, is the whole count. streams_app keeps one per partition: their sum
+    # is the whole count (and it warns once). Both give `count` here, each its own way.
+    whole = max(totals) if ctx.system == "faust" else sum(totals)
+    return {
+        "per_key": dict(sorted(per_key.items())),
+        "totals": whole,
+        "expected_total": count,
+        "warned_once": ctx.app.output().count("a key other than the record's key") <= 1,
+    }
+
+
+async def tableofset(ctx: Context) -> dict[str, Any]:
+    ctx.start()
+    await ctx.wait(lambda: ctx.logged("ssign"), "joined the group", timeout=60)
+    for args in (
+        ("joining", "room1", "alice"),
+        ("joining", "room1", "bob"),
+        ("leaving", "room1", "alice"),
+        ("joining", "room2", "carol"),
+    ):
+        ctx.command(*args)
+    await ctx.wait(
+        lambda: ctx.printed("- Carol joined") and len(ctx.printed("TABLE CUR:")) >= 4,
+        "processed the four commands",
+    )
+    await ctx.wait(
+        lambda: any("carol" in line for line in ctx.printed("| room2")),
+        "drew the table with both rooms (timer, every 10 s)",
+        timeout=60,
+    )
+    drawn = sorted(set(ctx.printed("| room")))
+    ctx.stop()
+    return {
+        "events": sorted(ctx.printed("- ")),
+        "sets": sorted(ctx.printed("TABLE CUR:")),
+        "table_rows": drawn[-2:],
+    }
+
+
+async def tabletest(ctx: Context) -> dict[str, Any]:
+    iterations = 60
+    records = [(str(j).encode(), str(i).encode(), j) for i in range(iterations) for j in range(4)]
+    await ctx.produce("countstopic", records)
+    ctx.start()
+    await ctx.wait(
+        lambda: ctx.committed_all("tabletest", ["countstopic"]),
+        "committed every count (event.message.offset in use)",
+    )
+    ctx.stop()
+    table = await ctx.table("tabletest-counts-changelog")
+    # The example's command sending straight to the changelog topic.
+    ctx.command("add_single_changelog")
+    last = [(r.partition, r.key, r.value) for r in await ctx.read("tabletest-counts-changelog")]
+    return {
+        "counts": {key: v for (_, key), v in sorted(table.items())},
+        "expected_each": sum(range(iterations)),
+        "out_of_order": [line for line in ctx.printed("!!! PREV")],
+        "changelog_send": [x for x in last if x[1] == b"0"],
+    }
+
+
+async def task_queue(ctx: Context) -> dict[str, Any]:
+    ctx.start()
+    await ctx.wait(lambda: len(ctx.printed("Result of ")) >= 3, "ran three tasks", timeout=90)
+    processed = ctx.printed("Processing task: ")
+    results = {line.split()[2]: int(line.rsplit(" ", 1)[1]) for line in ctx.printed("Result of ")}
+    correct = []
+    for line in processed:
+        ident = re.search(r"id='([^']+)'", line)
+        args = re.search(r"arguments=\[(\d+), (\d+)\]", line)
+        if ident and args and ident.group(1) in results:
+            correct.append(results[ident.group(1)] == int(args.group(1)) + int(args.group(2)))
+    first = (await ctx.read("tasks"))[0].value
+    ctx.stop()
+    request = json.loads(first or b"{}")
+    return {
+        "results_are_sums": bool(correct) and all(correct),
+        "request_fields": sorted(request),
+        "request_name": request.get("name"),
+        "request_ns": request.get("__faust", {}).get("ns"),
+    }
+
+
+async def word_count(ctx: Context) -> dict[str, Any]:
+    ctx.start()
+    topics = ["posts", "word-counts-word_count.count_words"]
+
+    async def counted() -> bool:
+        table = await ctx.table("word-counts-word_counts-changelog")
+        return sorted(table.values()) == [1000] * 4 and await ctx.committed_all(
+            "word-counts", topics
+        )
+
+    await ctx.wait(counted, "counted 4 x 1000 words (task -> agent -> agent -> table)", 240)
+    await ctx.wait(lambda: ctx.printed("+$$ Tally"), "printed the tally (the task, after 5 s)")
+    tally = ctx.printed("+$$ Tally")
+    ctx.stop()
+    table = await ctx.table("word-counts-word_counts-changelog")
+    words = [r.value for r in await ctx.read("word-counts-word_count.count_words")][:3]
+    return {
+        "counts": {key: v for (_, key), v in sorted(table.items(), key=lambda x: str(x[0][1]))},
+        "tally_title": sorted({line.strip("+-") for line in tally}),
+        "agent_topic_values": sorted({v.decode() for v in words if v}),
+    }
+
+
+WINDOWS = "windowed tables (Table.tumbling/hopping, relative_to_*, on_window_close): issue 12"
+
+EXAMPLES: list[Example] = [
+    Example("hello_world", "hello_world.py", hello_world, topics=(("greetings", 8),), quick=True),
+    Example("leader", "leader.py", leader, module_style=True),
+    Example("bound_agent", "bound_agent.py", bound_agent),
+    Example("rpc", "advanced/rpc.py", rpc, topics=(("RPC__pow", 8), ("RPC__mul", 8)), quick=True),
+    Example("service", "advanced/service.py", service),
+    Example(
+        "isolated_partitions_crashing",
+        "advanced/isolated_partitions_crashing.py",
+        isolated_partitions,
+        topics=(("withdrawals129", 4), ("withdrawalz129", 4)),
+    ),
+    Example("crontab_tz_aware", "crontab/tz_aware.py", tz_aware, topics=(("tz_aware_topic", 8),)),
+    Example(
+        "crontab_tz_unaware", "crontab/tz_unaware.py", tz_unaware, topics=(("tz_unaware_topic", 8),)
+    ),
+    Example(
+        "kubernetes_consumer",
+        "kubernetes/consumer/consumer.py",
+        kubernetes_consumer,
+        topics=(("test", 8),),
+    ),
+    Example(
+        "tableofset",
+        "tableofset.py",
+        tableofset,
+        topics=(("people_joining2", 4), ("people_leaving2", 4)),
+    ),
+    Example("tabletest", "tabletest.py", tabletest, topics=(("countstopic", 4),)),
+    Example("task_queue", "task_queue.py", task_queue, topics=(("tasks", 8),)),
+    Example(
+        "word_count",
+        "word_count.py",
+        word_count,
+        topics=(("posts", 8), ("word-counts-word_count.count_words", 8)),
+        quick=True,
+    ),
+    Example("windowed_aggregation", "windowed_aggregation.py", pending=WINDOWS),
+    Example("windowing_hopping", "windowing/hopping.py", pending=WINDOWS),
+    Example("windowing_hopping_2", "windowing/hopping_2.py", pending=WINDOWS),
+    Example("windowing_tumbling", "windowing/tumbling.py", pending=WINDOWS),
+    Example("withdrawals", "withdrawals.py", pending=WINDOWS),
+    Example("concurrency", "concurrency.py", excluded="network (fetches www.google.com)"),
+    Example("livecheck", "livecheck.py", excluded="Redis (cache) and the web server"),
+    Example(
+        "kubernetes_producer",
+        "kubernetes/producer/producer.py",
+        excluded="not a Faust app (a kafka-python producer script)",
+    ),
+    Example("fastapi_example", "fastapi_example.py", excluded="FastAPI"),
+    Example("fastapi_project", "fastapi_project/main.py", excluded="FastAPI"),
+    Example("django", "django/proj/__main__.py", excluded="Django"),
+]
