@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-10)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test chaos bench pipeline lint typecheck broker-start broker-stop clean
+.PHONY: setup demo test faust-conformance chaos bench pipeline lint typecheck broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streams_app needs Python >= 3.11 (set PYTHON=python3.11)")'
@@ -30,6 +30,10 @@ demo: setup
 ## test: the whole suite against real brokers (single node, 3-node cluster, Spark, PostgreSQL)
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## faust-conformance: every faust-streaming example (and guide app) under Faust and under streams_app
+faust-conformance: setup
+	STREAMS_APP_FAUST_CONFORMANCE=full $(BIN)/python -m pytest tests/faust_conformance $(PYTEST_ARGS)
 
 ## chaos: the long exactly-once fault suite (see `python -m streams_app.chaos --help` for options)
 chaos: setup

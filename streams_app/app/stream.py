@@ -332,6 +332,11 @@ class Stream:
         return self._core.settled.is_set()
 
     @property
+    def pending(self) -> int:
+        """Records handed over and not pulled yet."""
+        return len(self._core.inbox)
+
+    @property
     def parked(self) -> bool:
         return bool(self._core.parked)
 

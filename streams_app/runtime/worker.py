@@ -72,6 +72,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Records an agent parked on an RPC reply may have queued before its partition is held back.
+BUSY_INBOX = 8
+
 H_SRC_TOPIC = "src_topic"
 H_SRC_PARTITION = "src_partition"
 H_SRC_OFFSET = "src_offset"
@@ -135,6 +138,11 @@ class Worker:
         self._backoff_until = 0.0
         self._rebalancing = False
         self._foreign_warned = -1e9
+        #: A commit is due but agents are busy (parked on RPC, or working through their
+        #: inbox): busy agents get no new records until it happens.
+        self._draining = False
+        #: Partitions paused because the agents they feed are busy (see ``_dispatch``).
+        self._held: set[TopicPartition] = set()
         self._soon: list[tuple[bool, Topic, dict[str, Any]]] = []
         self.records_processed = 0
         self.dead_lettered = 0
@@ -397,12 +405,14 @@ class Worker:
             else:
                 await self._settle()
             await self._flush_soon()
-            if (
-                committer.due(interval, self.conf.commit_every)
-                and await self._quiescent()
-                and await committer.commit()
-            ):
-                self.policy.succeeded()
+            if committer.due(interval, self.conf.commit_every):
+                if await self._quiescent():
+                    self._draining = False
+                    if await committer.commit():
+                        self.policy.succeeded()
+                else:
+                    self._draining = True
+            self._release_held()
         except AgentFailed as failed:
             await self._on_agent_failure(failed.failure)
         except MIGRATED as exc:
@@ -414,7 +424,26 @@ class Worker:
             log.warning("transaction failed (%s): aborting and retrying", type(exc).__name__)
             await self._abort(recreate_producer=True)
 
+    def _release_held(self, *, all_: bool = False) -> None:
+        """Resume partitions held back for busy agents once those agents are idle again."""
+        if not self._held:
+            return
+        ready = []
+        for tp in self._held:
+            streams = [
+                actors[tp.partition % len(actors)].input
+                for actors in self.runner.actor_lists(tp.topic)
+            ]
+            if all_ or all(s.idle for s in streams):
+                ready.append(tp)
+        if ready:
+            self._held.difference_update(ready)
+            assigned = self.consumer.assignment()
+            self.consumer.resume([tp for tp in ready if tp in assigned])
+
     async def _abort(self, *, recreate_producer: bool = False) -> None:
+        self._release_held(all_=True)
+        self._draining = False
         self._soon.clear()
         await self.timers.cancel()
         await self.committer.abort(recreate_producer=recreate_producer)
@@ -528,10 +557,20 @@ class Worker:
         offsets = task.offsets
         expected = offsets.get(tp, 0)
         count = 0
+        # Busy agents (an RPC reply awaited, or a commit due) get at most a few more records:
+        # the rest of the batch is left in Kafka, its partition paused, so the transaction
+        # that must wait for those agents stays short. Every agent of the partition stops at
+        # the same record, so none runs ahead of the offset that will be committed.
+        limit = 0 if self._draining else (BUSY_INBOX if any(s.parked for s in streams) else None)
         for record in records:
             offset = record.offset
             if offset < expected:
                 continue  # fetched before a rewind or rebalance: already processed
+            if limit is not None and any(not s.idle and s.pending >= limit for s in streams):
+                self.consumer.seek(tp, offset)
+                self.consumer.pause([tp])
+                self._held.add(tp)
+                break
             if poisoned:
                 failure = self.policy.take_poisoned(tp.topic, tp.partition, offset)
                 if failure is not None:
@@ -633,6 +672,8 @@ class Worker:
             exc_info=failure.error,
         )
         self._soon.clear()
+        self._release_held(all_=True)
+        self._draining = False
         await self.timers.cancel()
         if self.conf.processing_guarantee == AT_MOST_ONCE:
             # The offsets were committed before processing: the record is simply lost.
@@ -646,6 +687,8 @@ class Worker:
             self._backoff_until = self.clock.monotonic() + self.policy.backoff(failure)
 
     async def _on_migrated(self, exc: BaseException) -> None:
+        self._held.clear()
+        self._draining = False
         self._soon.clear()
         await self.timers.cancel()
         await self.committer.task_migrated(exc)
@@ -1001,6 +1044,8 @@ class _RebalanceListener:
                 if not quiet:
                     await worker.runner.restart()
             worker._soon.clear()
+            worker._held.clear()
+            worker._draining = False
             worker.tasks.close_all()
             worker.committer.group = None
         await worker.app.on_partitions_revoked.send(revoked)
@@ -1025,6 +1070,11 @@ class _RebalanceListener:
                 len(tps),
                 len(tasks),
                 worker.committer.group.generation_id if worker.committer.group else "?",
+            )
+        leader = worker._leader_tp()
+        if leader is not None and leader in tps:
+            log.info(
+                "this worker is the leader (holds %s[0]): on_leader timers run here", leader[0]
             )
         await worker.app.on_partitions_assigned.send(assigned)
         if not tps:

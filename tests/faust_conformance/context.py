@@ -198,14 +198,17 @@ def _json_or_bytes(raw: bytes | None) -> Any:
         return raw
 
 
-async def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
+async def create_topics(bootstrap: str, topics: dict[str, int], *, compact: bool = False) -> None:
     if not topics:
         return
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
+    configs = {"cleanup.policy": "compact"} if compact else {}
     try:
         existing = set(await admin.list_topics())
-        new = [NewTopic(n, p, 1) for n, p in topics.items() if n not in existing]
+        new = [
+            NewTopic(n, p, 1, topic_configs=configs) for n, p in topics.items() if n not in existing
+        ]
         if new:
             await admin.create_topics(new)
     finally:

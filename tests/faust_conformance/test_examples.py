@@ -34,7 +34,17 @@ async def test_same_observations_under_faust_and_streams_app(
     source = (GUIDE if example.guide else faust_examples) / example.path
     assert example.run is not None
     observed = {}
-    for system in SYSTEMS:
+    if example.faust_broken is not None:
+        # faust-streaming 0.15.3 cannot run this example; say so, and hold streams_app to the
+        # example's intent instead.
+        async with isolated(bootstrap_servers):
+            ctx = Context("faust", source, tmp_path / "faust", bootstrap_servers)
+            ctx.start()
+            assert ctx.app.process is not None
+            ctx.app.process.wait(60)
+            assert example.faust_broken in ctx.app.output()
+        observed["faust"] = example.expected
+    for system in SYSTEMS if example.faust_broken is None else (STREAMS_APP,):
         async with isolated(bootstrap_servers):
             await create_topics(bootstrap_servers, dict(example.topics))
             ctx = Context(

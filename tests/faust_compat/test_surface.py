@@ -1,0 +1,201 @@
+"""Faust's surface on the runtime, broker-free (the in-memory Kafka model of the test harness):
+stream operators, agent-owned topics, channels, set and global tables, leader timers, RPC."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from typing import Any
+
+import faust
+import pytest
+
+import streams_app
+from streams_app import App
+from streams_app.testing import DriverFactory
+
+pytestmark = pytest.mark.streams_backends("memory")
+
+
+class Click(faust.Record):
+    user: str
+    page: str
+
+
+def _values(records: list[Any]) -> list[Any]:
+    return [r.value for r in records]
+
+
+async def test_filter_take_enumerate_echo(topology_driver: DriverFactory) -> None:
+    app = App("ops", topic_partitions=1)
+    numbers = app.topic("numbers", value_type=int)
+    sums = app.topic("sums", value_type=int)
+    echoed = app.topic("echoed", value_type=int)
+    indexed = app.topic("indexed")
+
+    @app.agent(numbers)
+    async def batches(stream):  # type: ignore[no-untyped-def]
+        async for batch in stream.filter(lambda v: v % 2 == 0).echo(echoed).take(3, within=60):
+            await sums.send(value=sum(batch))
+
+    @app.agent(numbers, name="enumerate")
+    async def enumerate_(stream):  # type: ignore[no-untyped-def]
+        async for index, value in stream.enumerate(start=1):
+            await indexed.send(value=[index, value])
+
+    async with topology_driver(app) as driver:
+        await driver.pipe_many("numbers", [(None, i) for i in range(14)])
+        await driver.run_until_idle()
+        # 7 even numbers: two full batches, and the rest flushed before the commit.
+        assert _values(await driver.read("sums")) == [0 + 2 + 4, 6 + 8 + 10, 12]
+        assert _values(await driver.read("echoed")) == list(range(0, 14, 2))
+        assert _values(await driver.read("indexed")) == [[i + 1, i] for i in range(14)]
+
+
+async def test_group_by_model_field_and_through(topology_driver: DriverFactory) -> None:
+    app = App("gb", topic_partitions=2)
+    clicks = app.topic("clicks", key_type=str, value_type=Click)
+    relay = app.topic("relay", key_type=str, value_type=Click)
+    views = app.Table("views", default=int, help="page views")
+
+    @app.agent(clicks)
+    async def count(stream):  # type: ignore[no-untyped-def]
+        async for click in stream.group_by(Click.page):
+            views[click.page] += 1
+
+    @app.agent(clicks, name="relayed")
+    async def relayed(stream):  # type: ignore[no-untyped-def]
+        async for _ in stream.through(relay):
+            pass
+
+    pages = ["a", "b", "a", "c", "a"]
+    async with topology_driver(app) as driver:
+        for i, page in enumerate(pages):
+            await driver.pipe("clicks", Click(user=f"u{i}", page=page), key=f"u{i}")
+        await driver.run_until_idle()
+        assert await driver.table("views") == dict(Counter(pages))
+        # Faust's name for the repartition topic; keys in the source's key codec (the page).
+        repartition = "tests.faust_compat.test_surface.count-clicks-Click.page-repartition"
+        assert sorted(r.key for r in await driver.read(repartition)) == sorted(pages)
+        assert len(await driver.read("relay")) == len(pages)
+        assert views.help == "page views"
+
+
+async def test_agent_owned_topic_channel_and_message(topology_driver: DriverFactory) -> None:
+    app = App("own", topic_partitions=2)
+    out = app.topic("out")
+    doubled = app.channel(value_type=int)
+    positions: list[tuple[str, int, int]] = []
+
+    @app.agent(value_type=int)
+    async def source(stream):  # type: ignore[no-untyped-def]
+        async for value in stream:
+            message = streams_app.current_event().message  # type: ignore[union-attr]
+            positions.append((message.tp.topic, message.tp.partition, message.offset))
+            await doubled.send(value=value * 2)
+
+    async def forward(prefix: str, stream):  # type: ignore[no-untyped-def]
+        async for value in stream:
+            await out.send(value=f"{prefix}{value}")
+
+    app.agent(doubled, name="forwarder")(functools.partial(forward, "x"))
+
+    @app.timer(1.0)
+    async def feed(the_app: App) -> None:
+        assert the_app is app
+        if not positions:
+            for value in (1, 2, 3):
+                await source.send(value=value)
+
+    async with topology_driver(app) as driver:
+        await driver.advance_time(1.0)
+        await driver.run_until_idle()
+        assert sorted(_values(await driver.read("out"))) == ["x2", "x4", "x6"]
+        owned = "own-tests.faust_compat.test_surface.source"  # Faust's name: <app id>-<agent>
+        assert {topic for topic, _, _ in positions} == {owned}
+
+
+async def test_set_table_and_global_table(topology_driver: DriverFactory) -> None:
+    app = App("tables", topic_partitions=2)
+    joins = app.topic("joins", key_type=str, value_type=str)
+    lookups = app.topic("lookups", key_type=str, value_type=str)
+    answers = app.topic("answers", key_type=str)
+    members = app.SetTable("members", value_type=str)
+    everyone = app.GlobalTable("everyone", default=int)
+
+    @app.agent(joins)
+    async def join(stream):  # type: ignore[no-untyped-def]
+        async for room, name in stream.items():
+            if name.startswith("-"):
+                members[room].discard(name[1:])
+            else:
+                members[room].add(name)
+                everyone[name] += 1
+
+    @app.agent(lookups)
+    async def lookup(stream):  # type: ignore[no-untyped-def]
+        async for key, name in stream.items():
+            await answers.send(key=key, value=everyone.get(name, 0))
+
+    async with topology_driver(app) as driver:
+        for room, name in [("r1", "ann"), ("r1", "bob"), ("r2", "cy"), ("r1", "-ann")]:
+            await driver.pipe("joins", name, key=room)
+        await driver.run_until_idle()
+        assert await driver.table("members") == {"r1": {"bob"}, "r2": {"cy"}}
+        # A global table read from a partition other than the writer's sees every key.
+        for key in ("k1", "k2", "k3", "k4"):
+            await driver.pipe("lookups", "cy", key=key)
+        await driver.run_until_idle()
+        assert {r.value for r in await driver.read("answers")} == {1}
+
+
+async def test_on_leader_timer_keeps_a_leader_table(topology_driver: DriverFactory) -> None:
+    app = App("leader", topic_partitions=2)
+    ticks = app.topic("ticks", value_type=int)
+    sequence = app.Table("sequence", default=int, partitions=1)
+    inputs = app.topic("inputs")
+
+    @app.agent(inputs)
+    async def idle(stream):  # type: ignore[no-untyped-def]
+        async for _ in stream:
+            pass
+
+    @app.timer(1.0, on_leader=True)
+    async def tick() -> None:
+        number = sequence["n"] + 1
+        sequence["n"] = number
+        await ticks.send(value=number)
+
+    async with topology_driver(app, workers=2) as driver:
+        for _ in range(4):
+            await driver.advance_time(1.0)
+        await driver.run_until_idle()
+        assert sorted(_values(await driver.read("ticks"))) == [1, 2, 3, 4]  # one leader, no gap
+        assert await driver.table("sequence") == {"n": 4}
+
+
+async def test_rpc_ask_join_map(topology_driver: DriverFactory) -> None:
+    app = App("rpc", topic_partitions=2)
+    results = app.topic("results")
+
+    @app.agent()
+    async def square(stream):  # type: ignore[no-untyped-def]
+        async for value in stream:
+            yield value * value
+
+    @app.agent(value_type=int)
+    async def caller(stream):  # type: ignore[no-untyped-def]
+        async for value in stream:
+            asked = await square.ask(value)
+            joined = await square.join([value, value + 1])
+            mapped = sorted([x async for x in square.map([value, 2])])
+            await results.send(value=[asked, joined, mapped])
+
+    async with topology_driver(app) as driver:
+        for value in (3, 5):
+            await driver.pipe(caller.topic.name, value)
+        await driver.run_until_idle()
+        assert sorted(_values(await driver.read("results"))) == [
+            [9, [9, 16], [4, 9]],
+            [25, [25, 36], [4, 25]],
+        ]
