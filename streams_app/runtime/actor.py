@@ -212,8 +212,10 @@ class AgentRunner:
         topic: Topic | None = None,
     ) -> Stream:
         agent = actor.agent
-        source = agent.channel
-        if isinstance(source, Channel):
+        source = self.app.topics.get(stream.topic) if stream.topic else None
+        if source is None or (
+            isinstance(agent.channel, Channel) and stream.topic == agent.channel.name
+        ):
             raise RuntimeError("group_by/through need a topic: a channel has no partitions")
         if topic is not None:
             target = topic

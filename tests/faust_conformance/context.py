@@ -215,15 +215,39 @@ async def create_topics(bootstrap: str, topics: dict[str, int], *, compact: bool
         await admin.close()
 
 
+async def _delete_group(admin: AIOKafkaAdminClient, group: str, timeout: float = 90.0) -> None:
+    """DeleteGroups, retried until the group is empty (a killed Faust worker stays a member
+    until its session times out)."""
+    from aiokafka.protocol.admin import DeleteGroupsRequest
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            node = await admin.find_coordinator(group)
+            response = await admin._send_request(DeleteGroupsRequest([group]), node)
+            codes = [code for _, code in response.results]
+        except KafkaError:
+            codes = [-1]
+        if all(code in (0, 69) for code in codes):  # deleted, or no such group
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"consumer group {group!r} could not be deleted: {codes}")
+        await asyncio.sleep(1.0)
+
+
 @contextlib.asynccontextmanager
 async def isolated(bootstrap: str) -> AsyncIterator[None]:
-    """Delete every topic created inside the block (and wait until they are gone)."""
+    """Delete every topic and consumer group created inside the block (and wait until the
+    topics are gone): the next run starts from nothing, committed offsets included."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         before = set(await admin.list_topics())
+        groups_before = {g[0] for g in await admin.list_consumer_groups()}
         yield
     finally:
+        for group in sorted({g[0] for g in await admin.list_consumer_groups()} - groups_before):
+            await _delete_group(admin, group)
         created: list[str] = []
         for _ in range(3):
             after = set(await admin.list_topics())
