@@ -81,7 +81,7 @@ class Worker:
         **overrides: Any,
     ) -> None:
         self.app = app
-        conf = dataclasses.replace(app.conf, **overrides) if overrides else app.conf
+        conf = app.conf.replace(**overrides) if overrides else app.conf
         conf.validate()
         self.conf: Settings = conf
         self.transport: Transport = transport or app.transport()
