@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path

@@ -45,6 +45,7 @@ from streams_app.kafka import (
     TransactionSendFailedError,
     is_fencing_error,
 )
+from streams_app.kafka import logs as kafka_logs
 from streams_app.transport.base import (
     ConsumerConfig,
     GroupMetadata,
@@ -120,6 +121,8 @@ class KafkaTransport:
             raise ConfigError("broker", "no bootstrap servers given", "set broker=host:port")
         self._bootstrap = bootstrap_servers
         self._security = security
+        kafka_logs.install()
+        kafka_logs.register_client(bootstrap_servers, security)
 
     def __repr__(self) -> str:
         return f"KafkaTransport({self._bootstrap!r}, security keys={sorted(self._security)})"
