@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 import aiokafka.errors as aerrors
@@ -18,7 +18,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.protocol.admin import ApiVersionRequest
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
-from streams_app.errors import BrokerTooOld, BrokerUnavailable, TopologyError
+from streams_app.errors import BrokerTooOld, BrokerUnavailable, StreamsAppError, TopologyError
+from streams_app.kafka.diagnose import diagnose
 from streams_app.kafka.protocol import (
     OFFSET_FETCH_KEY,
     OFFSET_FETCH_VERSION,
@@ -44,6 +45,21 @@ EXACTLY_ONCE_APIS = (
 )
 
 
+def security_kwargs(client_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The TLS/SASL part of aiokafka client arguments."""
+    return {
+        k: v
+        for k, v in client_kwargs.items()
+        if k in ("security_protocol", "ssl_context") or k.startswith("sasl_")
+    }
+
+
+async def unavailable(bootstrap: str, security: Mapping[str, Any]) -> StreamsAppError:
+    """The error for clients that could not start: the diagnosed cause (authentication, a
+    TLS/SASL mismatch), else :class:`BrokerUnavailable` naming the address."""
+    return await diagnose(bootstrap, security) or BrokerUnavailable(bootstrap)
+
+
 class KafkaAdmin:
     """Implements ``streams_app.transport.base.AdminClient``.
 
@@ -54,6 +70,7 @@ class KafkaAdmin:
         self, bootstrap_servers: str, *, request_timeout_ms: int = 30_000, **client_kwargs: Any
     ) -> None:
         self._address = bootstrap_servers
+        self._security = security_kwargs(client_kwargs)
         self._timeout = request_timeout_ms / 1000
         self._admin = AIOKafkaAdminClient(
             bootstrap_servers=bootstrap_servers,
@@ -75,7 +92,7 @@ class KafkaAdmin:
             await self._offsets.start()
         except aerrors.KafkaConnectionError as exc:
             await self.close()
-            raise BrokerUnavailable(self._address) from exc
+            raise await unavailable(self._address, self._security) from exc
         self._started = True
 
     async def close(self) -> None:

@@ -46,6 +46,7 @@ from streams_app.kafka import (
     is_fencing_error,
 )
 from streams_app.kafka import logs as kafka_logs
+from streams_app.kafka.admin import unavailable
 from streams_app.transport.base import (
     ConsumerConfig,
     GroupMetadata,
@@ -221,7 +222,7 @@ class KafkaConsumerClient:
             await consumer.start()
         except aerrors.KafkaConnectionError as exc:
             await consumer.stop()
-            raise BrokerUnavailable(self._bootstrap) from exc
+            raise await unavailable(self._bootstrap, self._security) from exc
         except aerrors.KafkaError as exc:
             await consumer.stop()
             raise TransportError(f"consumer start failed: {exc!r}") from exc
@@ -398,7 +399,7 @@ class KafkaProducerClient:
                 await producer.start()
         except aerrors.KafkaConnectionError as exc:
             await producer.stop()
-            raise BrokerUnavailable(self._bootstrap) from exc
+            raise await unavailable(self._bootstrap, self._security) from exc
         except TimeoutError as exc:
             await producer.stop()
             raise BrokerUnavailable(
