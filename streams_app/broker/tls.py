@@ -48,8 +48,7 @@ def make_tls_files(directory: Path, days: int = 30) -> TlsFiles:
         from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
     except ImportError as exc:  # pragma: no cover - the test extra installs it
         raise ToolchainError(
-            "the TLS test broker needs the 'cryptography' package: pip install "
-            "'streams_app[test]'"
+            "the TLS test broker needs the 'cryptography' package: pip install 'streams_app[test]'"
         ) from exc
 
     directory.mkdir(parents=True, exist_ok=True)

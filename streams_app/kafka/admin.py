@@ -164,6 +164,11 @@ class KafkaAdmin:
             error = aerrors.for_code(code)
             if error in (aerrors.NoError, aerrors.TopicAlreadyExistsError):
                 continue
+            if error in (
+                aerrors.TopicAuthorizationFailedError,
+                aerrors.ClusterAuthorizationFailedError,
+            ):
+                raise error(f"{{{name!r}}}: {message or 'not authorized to create it'}")
             raise TopologyError(
                 f"cannot create topic {name!r}: the broker answered {error.message}"
                 f"{': ' + message if message else ''}. Fix the topic's settings (partitions, "

@@ -80,7 +80,7 @@ async def _diagnose_one(host: str, port: int, security: dict[str, Any]) -> Strea
             f"{exc.verify_message or exc}. Fix: set ssl_cafile to the CA that signed the "
             "broker's certificate, and connect by a host name the certificate names"
         )
-    except (OSError, asyncio.TimeoutError, aerrors.KafkaError) as exc:
+    except (TimeoutError, OSError, aerrors.KafkaError) as exc:
         if isinstance(exc, ConnectionRefusedError):
             return None  # nothing listens there: BrokerUnavailable says so
         if tls and await _speaks_plain_kafka(host, port):

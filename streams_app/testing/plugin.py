@@ -39,8 +39,8 @@ from streams_app.broker import EmbeddedKafka
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
-    from streams_app.testing.secure import SecureKafka
     from streams_app.testing.driver import TopologyDriver
+    from streams_app.testing.secure import SecureKafka
 
 BACKENDS = ("memory", "kafka")
 
