@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import aiokafka.errors as aerrors
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.protocol.admin import ApiVersionRequest
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
@@ -26,7 +27,7 @@ from streams_app.kafka.protocol import (
     TXN_OFFSET_COMMIT_KEY,
     TXN_OFFSET_COMMIT_VERSION,
 )
-from streams_app.transport.base import TopicPartition, TopicSpec
+from streams_app.transport.base import BrokerLimits, TopicPartition, TopicSpec
 
 log = logging.getLogger(__name__)
 
@@ -256,3 +257,81 @@ class KafkaAdmin:
                         "Fix: upgrade the brokers, or run with processing_guarantee="
                         "'at_least_once'."
                     )
+
+    # -- configs -----------------------------------------------------------------------------
+
+    async def broker_limits(self) -> list[BrokerLimits] | None:
+        """The limits our settings must fit, per broker (DescribeConfigs on each broker).
+
+        Returns None when the principal may not describe the cluster's configs (an ACL the
+        worker does not otherwise need): the check is then skipped, not the worker.
+        """
+        client = self._admin._client
+        await client.force_metadata_update()
+        brokers = {b.nodeId: f"{b.host}:{b.port}" for b in client.cluster.brokers()}
+        keys = {name: None for name in _LIMIT_KEYS}
+        resources = [
+            ConfigResource(ConfigResourceType.BROKER, str(node), keys) for node in sorted(brokers)
+        ]
+        try:
+            responses = await self._any_node(lambda: self._admin.describe_configs(resources))
+        except _NODE_DOWN:
+            return []
+        limits = []
+        for response in responses:
+            for error_code, _message, _type, name, entries in _resources(response):
+                error = aerrors.for_code(error_code)
+                if error is aerrors.ClusterAuthorizationFailedError:
+                    return None
+                if error is not aerrors.NoError:
+                    log.info("DescribeConfigs of broker %s failed: %s", name, error.__name__)
+                    continue
+                values = {entry[0]: entry[1] for entry in entries}
+                limits.append(
+                    BrokerLimits(
+                        broker=brokers.get(int(name), name),
+                        transaction_max_timeout_ms=_int(values, "transaction.max.timeout.ms"),
+                        group_min_session_timeout_ms=_int(values, "group.min.session.timeout.ms"),
+                        group_max_session_timeout_ms=_int(values, "group.max.session.timeout.ms"),
+                        message_max_bytes=_int(values, "message.max.bytes"),
+                    )
+                )
+        return limits
+
+    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
+        if not topics:
+            return {}
+        resources = [
+            ConfigResource(ConfigResourceType.TOPIC, name, {"max.message.bytes": None})
+            for name in sorted(set(topics))
+        ]
+        responses = await self._any_node(lambda: self._admin.describe_configs(resources))
+        found: dict[str, int] = {}
+        for response in responses:
+            for error_code, _message, _type, name, entries in _resources(response):
+                if error_code:
+                    continue  # not authorized or gone: nothing to check against
+                value = _int({entry[0]: entry[1] for entry in entries}, "max.message.bytes")
+                if value is not None:
+                    found[name] = value
+        return found
+
+
+_LIMIT_KEYS = (
+    "transaction.max.timeout.ms",
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "message.max.bytes",
+)
+
+
+def _resources(response: Any) -> list[tuple[int, str, int, str, list[Any]]]:
+    return [(r[0], r[1], r[2], r[3], r[4]) for r in response.resources]
+
+
+def _int(values: dict[str, Any], key: str) -> int | None:
+    value = values.get(key)
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None

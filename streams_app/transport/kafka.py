@@ -49,6 +49,7 @@ from streams_app.kafka import (
 from streams_app.kafka import logs as kafka_logs
 from streams_app.kafka.admin import unavailable
 from streams_app.transport.base import (
+    BrokerLimits,
     ConsumerConfig,
     GroupMetadata,
     ProducerConfig,
@@ -750,6 +751,18 @@ class KafkaAdminClient:
             return await self._a.beginning_offsets(partitions)
         except aerrors.KafkaError as exc:
             raise TransportError(f"listing beginning offsets failed: {exc!r}") from exc
+
+    async def broker_limits(self) -> list[BrokerLimits] | None:
+        try:
+            return await self._a.broker_limits()
+        except aerrors.KafkaError as exc:
+            raise TransportError(f"reading the brokers' configs failed: {exc!r}") from exc
+
+    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
+        try:
+            return await self._a.topic_max_message_bytes(topics)
+        except aerrors.KafkaError as exc:
+            raise TransportError(f"reading topic configs failed: {exc!r}") from exc
 
     async def check_exactly_once_support(self) -> None:
         try:
