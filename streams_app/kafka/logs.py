@@ -207,7 +207,7 @@ _FILTER = KafkaLogFilter()
 def install() -> None:
     """Attach the filter to every existing ``aiokafka`` logger and track connections
     (idempotent)."""
-    aiokafka.client.create_conn = _tracked_create_conn  # type: ignore[attr-defined]
+    aiokafka.client.create_conn = _tracked_create_conn
     names = [
         name
         for name in list(logging.root.manager.loggerDict)
