@@ -270,13 +270,25 @@ class KafkaAdmin:
         await client.force_metadata_update()
         brokers = {b.nodeId: f"{b.host}:{b.port}" for b in client.cluster.brokers()}
         keys = {name: None for name in _LIMIT_KEYS}
-        resources = [
-            ConfigResource(ConfigResourceType.BROKER, str(node), keys) for node in sorted(brokers)
-        ]
-        try:
-            responses = await self._any_node(lambda: self._admin.describe_configs(resources))
-        except _NODE_DOWN:
-            return []
+
+        async def ask(node: int) -> Any:
+            resource = ConfigResource(ConfigResourceType.BROKER, str(node), keys)
+            return (await self._admin.describe_configs([resource]))[0]
+
+        # Every broker at once, briefly: one that is down or frozen must not delay the start
+        # (its limits are normally the same as the others').
+        answers = await asyncio.gather(
+            *(asyncio.wait_for(ask(node), _LIMITS_TIMEOUT_S) for node in sorted(brokers)),
+            return_exceptions=True,
+        )
+        responses = []
+        for node, answer in zip(sorted(brokers), answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, (*_NODE_DOWN, TimeoutError)):
+                    raise answer
+                log.info("broker %s did not answer DescribeConfigs: not checked", brokers[node])
+                continue
+            responses.append(answer)
         limits = []
         for response in responses:
             for error_code, _message, _type, name, entries in _resources(response):
@@ -317,6 +329,7 @@ class KafkaAdmin:
         return found
 
 
+_LIMITS_TIMEOUT_S = 3.0
 _LIMIT_KEYS = (
     "transaction.max.timeout.ms",
     "group.min.session.timeout.ms",
