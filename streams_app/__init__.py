@@ -8,6 +8,9 @@ records and offsets, zombies fenced by consumer-group generation (KIP-447).
 from streams_app.app import Agent, App, Settings, Stream, Table, Topic
 from streams_app.app.context import Event
 from streams_app.errors import (
+    AuthorizationError,
+    BrokerAuthenticationError,
+    BrokerSecurityMismatch,
     BrokerUnavailable,
     ConfigError,
     StreamsAppError,
@@ -20,6 +23,9 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "App",
+    "AuthorizationError",
+    "BrokerAuthenticationError",
+    "BrokerSecurityMismatch",
     "BrokerUnavailable",
     "ConfigError",
     "Event",

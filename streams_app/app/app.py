@@ -144,7 +144,10 @@ class App:
     def transport(self) -> Transport:
         from streams_app.transport.kafka import KafkaTransport
 
-        return KafkaTransport(self.conf.bootstrap_servers, security=self.conf.security())
+        conf = self.conf
+        return KafkaTransport(
+            conf.bootstrap_servers, security=conf.security(), principal=conf.principal
+        )
 
     @asynccontextmanager
     async def producer(

@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     if command == "stop":
-        stopped = devserver.stop()
-        print("broker stopped" if stopped else "no broker was running")
+        stopped, found = devserver.stop()
+        print(f"broker {found}" if stopped else found)
         return 0
     current, answering = devserver.status()
     if current and answering:

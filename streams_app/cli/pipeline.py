@@ -159,6 +159,7 @@ def _run_pipeline(args: argparse.Namespace) -> int:
             topic=args.topic,
             trigger=Trigger(available_now=args.once, interval=args.interval),
             max_offsets_per_trigger=args.max_offsets_per_trigger,
+            kafka_options=_security_options(),
         )
         print(f"files: {pipeline.files_path}; checkpoints: {pipeline.checkpoint('')[:-1]}")
         if not args.once:
@@ -201,3 +202,12 @@ def _audit(args: argparse.Namespace) -> int:
     clean = all(row.exactly_once for row in rows)
     print("exactly once" if clean else "NOT exactly once", file=sys.stderr)
     return 0 if clean else 1
+
+
+def _security_options() -> dict[str, str]:
+    """Kafka security from the same STREAMS_APP_SECURITY_PROTOCOL / SSL_* / SASL_* variables
+    the workers read."""
+    from streams_app.settings import Settings
+    from streams_app.spark.security import kafka_security_options
+
+    return kafka_security_options(Settings.build("streams-app-pipeline", {}))

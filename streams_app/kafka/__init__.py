@@ -4,11 +4,16 @@
 - :mod:`~streams_app.kafka.errors`: error codes 82, 88, 90 registered in aiokafka's table;
 - :mod:`~streams_app.kafka.producer`: :class:`TransactionalProducer`;
 - :mod:`~streams_app.kafka.consumer`: :class:`StableConsumer`;
-- :mod:`~streams_app.kafka.admin`: :class:`KafkaAdmin`.
+- :mod:`~streams_app.kafka.admin`: :class:`KafkaAdmin`;
+- :mod:`~streams_app.kafka.logs`: the filter on aiokafka's loggers (secrets redacted, noise
+  rate-limited, broker outages reported once), installed on import;
+- :mod:`~streams_app.kafka.diagnose`: why a connection failed (authentication, TLS or SASL
+  mismatch, nothing listening), for errors that name the cause.
 
 Nothing outside this package may touch aiokafka's private attributes.
 """
 
+from streams_app.kafka import logs
 from streams_app.kafka.admin import KafkaAdmin
 from streams_app.kafka.consumer import StableConsumer
 from streams_app.kafka.errors import (
@@ -36,5 +41,6 @@ __all__ = [
     "TransactionalProducer",
     "UnstableOffsetCommitError",
     "is_fencing_error",
+    "logs",
     "register_error_codes",
 ]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from streams_app.codecs import DecodeError
 from streams_app.errors import WorkerStopped
 from streams_app.runtime import guarantees
 from streams_app.runtime.actor import AgentRunner
+from streams_app.runtime.broker_limits import check_broker_limits, check_topic_limits
 from streams_app.runtime.clock import Clock, SystemClock
 from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN, Committer
 from streams_app.runtime.errors_policy import (
@@ -81,7 +81,7 @@ class Worker:
         **overrides: Any,
     ) -> None:
         self.app = app
-        conf = dataclasses.replace(app.conf, **overrides) if overrides else app.conf
+        conf = app.conf.replace(**overrides) if overrides else app.conf
         conf.validate()
         self.conf: Settings = conf
         self.transport: Transport = transport or app.transport()
@@ -181,11 +181,22 @@ class Worker:
         self._admin = admin
         if conf.exactly_once:
             await admin.check_exactly_once_support()
+        limits = await admin.broker_limits()
+        if limits is None:
+            log.info("not allowed to describe broker configs: broker-side limits not checked")
+        else:
+            check_broker_limits(conf, limits)
 
         # Agents run up to their first `async for`, declaring group_by topics on the way.
         self.runner.start()
         await self.runner.wait_started(timeout=30.0)
         self.plan = await plan_topology(self.app, self.runner, admin)
+        written = [
+            name
+            for name in self.plan.partition_counts
+            if name not in self.plan.input_topics or name.endswith("-repartition")
+        ]
+        check_topic_limits(conf, await admin.topic_max_message_bytes(written))
         for table in self.app.tables.values():
             self.stores[table.name] = open_store(conf.store, self.directory, table.name)
         self._tasks = TaskManager(self.plan, self.stores)

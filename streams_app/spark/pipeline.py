@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -105,6 +105,8 @@ class OrdersPipeline:
     topic: str = INVENTORY_TOPIC
     trigger: Trigger = field(default_factory=Trigger)
     max_offsets_per_trigger: int | None = None
+    #: Extra connector options: Kafka security (``spark.security.kafka_security_options``).
+    kafka_options: Mapping[str, str] = field(default_factory=dict)
     queries: list[StreamingQuery] = field(default_factory=list, init=False)
 
     @property
@@ -121,6 +123,7 @@ class OrdersPipeline:
             self.topic,
             Reserved,
             max_offsets_per_trigger=self.max_offsets_per_trigger,
+            options=self.kafka_options,
         )
         return reservations(frame)
 

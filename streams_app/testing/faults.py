@@ -31,6 +31,7 @@ from streams_app.transport.base import (
     AdminClient,
     AppendedRecord,
     BatchingProducerClient,
+    BrokerLimits,
     ConsumerClient,
     ConsumerConfig,
     GroupMetadata,
@@ -554,3 +555,13 @@ class HarnessAdmin:
     async def check_exactly_once_support(self) -> None:
         self.switch.refuse()
         await self.inner.check_exactly_once_support()
+
+    async def broker_limits(self) -> list[BrokerLimits] | None:
+        self.switch.refuse()
+        return await self.inner.broker_limits()
+
+    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
+        self.switch.refuse()
+        names = self.names
+        found = await self.inner.topic_max_message_bytes([names.topic(t) for t in topics])
+        return {names.local(t): n for t, n in found.items()}

@@ -6,7 +6,9 @@ Installing streams_app gives a test suite these fixtures:
 - ``kafka_cluster``: a real 3-node cluster (replication 3, ``min.insync.replicas=2``) for fault
   tests; any node a test kills is restarted before the next test gets the cluster;
 - ``bootstrap_servers``: the broker's address;
-- ``unique``: a short unique suffix for topic and group names, so tests never share state.
+- ``unique``: a short unique suffix for topic and group names, so tests never share state;
+- ``secure_kafka``: a real single-node broker with TLS, SASL (SCRAM-SHA-512, PLAIN) and ACLs
+  for the whole session (:class:`~streams_app.testing.secure.SecureKafka`).
 
 Set ``STREAMS_APP_TEST_BOOTSTRAP`` to run against a broker you started yourself (for example the
 ``docker-compose.yml`` one) instead of the embedded one.
@@ -38,11 +40,13 @@ from streams_app.broker import EmbeddedKafka
 if TYPE_CHECKING:
     from streams_app.app.app import App
     from streams_app.testing.driver import TopologyDriver
+    from streams_app.testing.secure import SecureKafka
 
 BACKENDS = ("memory", "kafka")
 
 _BROKER_KEY = pytest.StashKey["EmbeddedKafka | ExternalKafka"]()
 _CLUSTER_KEY = pytest.StashKey["EmbeddedKafka"]()
+_SECURE_KEY = pytest.StashKey["SecureKafka"]()
 
 
 class ExternalKafka:
@@ -73,6 +77,18 @@ def kafka_broker(request: pytest.FixtureRequest) -> Iterator[EmbeddedKafka | Ext
 def _kafka_cluster_session(request: pytest.FixtureRequest) -> Iterator[EmbeddedKafka]:
     kafka = EmbeddedKafka(3).start()
     request.config.stash[_CLUSTER_KEY] = kafka
+    try:
+        yield kafka
+    finally:
+        kafka.stop()
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(request: pytest.FixtureRequest) -> Iterator[SecureKafka]:
+    from streams_app.testing.secure import SecureKafka
+
+    kafka = SecureKafka().start()
+    request.config.stash[_SECURE_KEY] = kafka
     try:
         yield kafka
     finally:
@@ -189,6 +205,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         cluster = item.config.stash.get(_CLUSTER_KEY, None)
         if cluster is not None:
             report.sections.append(("kafka cluster log", cluster.log_tails(30)))
+    elif "secure_kafka" in fixturenames:
+        secure = item.config.stash.get(_SECURE_KEY, None)
+        if secure is not None:
+            report.sections.append(("secure kafka log", secure.log_tails(40)))
     elif "kafka_broker" in fixturenames or "bootstrap_servers" in fixturenames:
         broker = item.config.stash.get(_BROKER_KEY, None)
         if broker is not None:
@@ -201,6 +221,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     started = (
         ("single broker", config.stash.get(_BROKER_KEY, None)),
         ("3-node cluster", config.stash.get(_CLUSTER_KEY, None)),
+        ("TLS/SASL/ACL broker", getattr(config.stash.get(_SECURE_KEY, None), "kafka", None)),
     )
     for label, kafka in started:
         if isinstance(kafka, EmbeddedKafka) and kafka.ready_seconds is not None:

@@ -68,6 +68,19 @@ class TopicSpec:
 
 
 @dataclass(frozen=True)
+class BrokerLimits:
+    """The broker settings a worker's own settings must fit (read with DescribeConfigs).
+
+    A value is None when the broker did not report it."""
+
+    broker: str
+    transaction_max_timeout_ms: int | None = None
+    group_min_session_timeout_ms: int | None = None
+    group_max_session_timeout_ms: int | None = None
+    message_max_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class ConsumerConfig:
     """Consumer settings the runtime chooses per processing guarantee (see runtime.guarantees)."""
 
@@ -279,6 +292,14 @@ class AdminClient(Protocol):
 
     async def check_exactly_once_support(self) -> None:
         """Raise BrokerTooOld unless the broker has TxnOffsetCommit v3 and OffsetFetch v7."""
+        ...
+
+    async def broker_limits(self) -> list[BrokerLimits] | None:
+        """Each broker's limits; None when the principal may not describe broker configs."""
+        ...
+
+    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
+        """``max.message.bytes`` of each existing topic the principal may describe."""
         ...
 
 

@@ -23,6 +23,7 @@ from streams_app.testing.memory.broker import (
     to_record,
 )
 from streams_app.transport.base import (
+    BrokerLimits,
     ConsumerConfig,
     GroupMetadata,
     ProducerConfig,
@@ -723,6 +724,14 @@ class MemoryAdmin(_Client):
         for tp in partitions:
             self.broker.log(_tp(tp))  # raises for unknown partitions
         return {_tp(tp): 0 for tp in partitions}
+
+    async def broker_limits(self) -> list[BrokerLimits] | None:
+        await self._enter()
+        return None  # the model has no broker configs to check against
+
+    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
+        await self._enter()
+        return {}
 
     async def check_exactly_once_support(self) -> None:
         await self._enter()
