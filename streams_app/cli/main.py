@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from streams_app.cli import broker, demo, pipeline, send, worker
+from streams_app.cli import broker, demo, pipeline, send, txn, worker
 from streams_app.errors import StreamsAppError
 
 
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_parser(sub, parents)
     demo.add_parser(sub, parents)
     pipeline.add_parser(sub, parents)
+    txn.add_parser(sub, parents)
     return parser
 
 
