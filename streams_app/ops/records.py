@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from aiokafka import codec
+from aiokafka.errors import UnsupportedCodecError
 from aiokafka.record.util import calc_crc32c
 
 _HEADER = struct.Struct(">qiiBIhiqqqhii")
@@ -104,6 +105,8 @@ class RecordBatch:
     #: Byte position in what was parsed (the segment file, or a Fetch response).
     position: int
     records: tuple[Record, ...]
+    #: Why ``records`` is empty although the batch has some (a codec that is not installed).
+    records_error: str | None = None
 
     @property
     def compression(self) -> str:
@@ -268,17 +271,27 @@ def parse_batches(
             )
         crc_valid = calc_crc32c(bytes(view[pos + 21 : pos + size])) == crc
         records: tuple[Record, ...] = ()
+        records_error = None
         if deep:
-            body = bytes(view[pos + HEADER_SIZE : pos + size])
+            body: bytes | None = bytes(view[pos + HEADER_SIZE : pos + size])
             codec_id = attributes & 0x07
             if codec_id:
                 decompress = _DECOMPRESS.get(codec_id)
                 if decompress is None:
                     raise CorruptBatchError(f"unknown compression {codec_id}")
-                body = decompress(body)
-            records = _records(
-                body, count, base_offset, first_ts, max_ts, attributes, base_sequence
-            )
+                try:
+                    body = decompress(body)
+                except UnsupportedCodecError:
+                    body = None
+                    name = COMPRESSION[codec_id]
+                    records_error = (
+                        f"records not decoded: the {name} codec is not installed "
+                        "(aiokafka's codecs need cramjam: pip install cramjam)"
+                    )
+            if body is not None:
+                records = _records(
+                    body, count, base_offset, first_ts, max_ts, attributes, base_sequence
+                )
         yield RecordBatch(
             base_offset=base_offset,
             last_offset=base_offset + last_delta,
@@ -296,5 +309,6 @@ def parse_batches(
             size=size,
             position=position + pos,
             records=records,
+            records_error=records_error,
         )
         pos += size

@@ -138,7 +138,7 @@ def _marker(batch: RecordBatch) -> str:
 
 def _record_lines(batch: RecordBatch) -> list[str]:
     """One line per record, as ``kafka-dump-log.sh --deep-iteration`` prints them (no data)."""
-    lines = []
+    lines = [f"  | {batch.records_error}"] if batch.records_error else []
     for record in batch.records:
         line = (
             f"  | offset: {record.offset} {batch.timestamp_type}: {record.timestamp} "
