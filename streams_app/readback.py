@@ -310,7 +310,8 @@ async def wait_committed(
             if loop.time() > deadline:
                 behind = [p for p in progress if p.lag] or progress
                 detail = ", ".join(
-                    f"{p.topic}[{p.partition}] committed {p.committed} of {p.end}"
+                    f"{p.topic}[{p.partition}] committed "
+                    f"{'nothing' if p.committed is None else p.committed} of {p.end}"
                     for p in behind[:8]
                 )
                 raise TimeoutError(

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from pathlib import Path
 
 from streams_app.cli.connect import add_bootstrap_option, client_kwargs, settings_for
 from streams_app.cli.loader import load_app
+from streams_app.cli.txn import confirm
 from streams_app.kafka.ops_admin import OpsAdmin
 from streams_app.ops.app_report import format_reset
 from streams_app.ops.reset import check_refusals, execute_reset, plan_reset
@@ -45,11 +45,9 @@ async def _run(args: argparse.Namespace) -> int:
         if args.dry_run:
             print("dry run: nothing changed")
             return 0
-        if not args.yes:
-            print(f"Reset app {app.id}? This cannot be undone. [y/N] ", end="", flush=True)
-            if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-                print("nothing changed")
-                return 1
+        if not args.yes and not confirm(f"Reset app {app.id}? This cannot be undone. [y/N] "):
+            print("nothing changed")
+            return 1
         await execute_reset(admin, app, plan)
     print(f"app {app.id} reset: the next worker reprocesses its inputs from the beginning")
     return 0

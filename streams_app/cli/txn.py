@@ -163,7 +163,7 @@ async def _hanging(admin: OpsAdmin, args: argparse.Namespace) -> int:
             f"{txn.producer.producer_epoch}) on {txn.topic}[{txn.partition}] from offset "
             f"{txn.start_offset}? Its records will never be read. [y/N] "
         )
-        if not args.yes and not _confirm(question):
+        if not args.yes and not confirm(question):
             print(f"left {txn.topic}[{txn.partition}] alone")
             remaining += 1
             continue
@@ -177,7 +177,10 @@ async def _hanging(admin: OpsAdmin, args: argparse.Namespace) -> int:
     return 1 if remaining else 0
 
 
-def _confirm(question: str) -> bool:
+def confirm(question: str) -> bool:
+    """Ask on stdout, read the answer from stdin (a pipe works too); only y/yes is yes."""
     print(question, end="", flush=True)
     answer = sys.stdin.readline()
+    if not sys.stdin.isatty():
+        print(answer.strip())  # echo a piped answer, so the transcript reads like a terminal
     return answer.strip().lower() in ("y", "yes")

@@ -49,6 +49,13 @@ def format_status(status: AppStatus) -> str:
         )
         state = "committed everything up to the end offsets" if status.caught_up else "behind"
         lines.append(f"total lag {status.lag} ({state})")
+        for (topic, partition), (lso, end) in sorted(status.held.items()):
+            lines.append(
+                f"{topic}[{partition}]: last stable offset {lso} < end {end}: an open "
+                "transaction holds read_committed readers (this app's workers) at offset "
+                f"{lso}; see `streams-app txn dump {topic} {partition}` and `streams-app txn "
+                "hanging`"
+            )
     else:
         lines.append("no input partitions yet (the app's topics do not exist)")
     lines.append("")

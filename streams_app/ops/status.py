@@ -34,6 +34,9 @@ class AppStatus:
     tasks: list[TaskLine]
     transactions: list[TransactionRow]
     at_ms: int
+    #: Input partitions whose last stable offset is below the end: (LSO, end). An open
+    #: transaction holds read_committed readers (the app's workers) at the LSO.
+    held: dict[tuple[str, int], tuple[int, int]]
 
     @property
     def lag(self) -> int:
@@ -67,4 +70,8 @@ async def app_status(admin: OpsAdmin, app: App) -> AppStatus:
     ]
     tasks.sort(key=lambda t: (t.group, t.progress.partition, t.progress.topic))
     listing = await list_transactions(admin, prefix=f"{group_id}-")
-    return AppStatus(group_id, group, tasks, listing.rows, listing.at_ms)
+    tps = [(p.topic, p.partition) for p in progress]
+    stable = await admin.end_offsets(tps, committed=True)
+    ends = await admin.end_offsets(tps)
+    held = {tp: (stable[tp], ends[tp]) for tp in tps if stable[tp] < ends[tp]}
+    return AppStatus(group_id, group, tasks, listing.rows, listing.at_ms, held)

@@ -336,7 +336,7 @@ def _judge(
         elif not row.open:
             why = f"{txn_id!r} is {row.state}"
         else:
-            why = f"{txn_id!r}'s open transaction does not include {tp[0]}[{tp[1]}]"
+            why = f"the open transaction of {txn_id!r} does not include {tp[0]}[{tp[1]}]"
     if idle > bound:
         verdict = HANGING
         reason = f"{why}; no marker will come (last write {idle / 1000:.0f}s ago)"
