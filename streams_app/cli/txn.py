@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from typing import Any
 
 from streams_app.cli.connect import add_bootstrap_option, client_kwargs, settings_for
-from streams_app.errors import StreamsAppError
 from streams_app.kafka.ops_admin import OpsAdmin
 from streams_app.ops.dump import dump_partition
 from streams_app.ops.render import parse_duration
@@ -38,6 +38,19 @@ def _duration_ms(text: str) -> int:
         return int(parse_duration(text) * 1000)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _at_least(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
 
 
 def _state(text: str) -> str:
@@ -86,11 +99,11 @@ def add_parser(
 
     dump = actions.add_parser("dump", help="a partition batch by batch, markers included")
     dump.add_argument("topic")
-    dump.add_argument("partition", type=int)
+    dump.add_argument("partition", type=_at_least(0))
     dump.add_argument(
-        "--from", dest="from_offset", type=int, help="first offset (default: log start)"
+        "--from", dest="from_offset", type=_at_least(0), help="first offset (default: log start)"
     )
-    dump.add_argument("--count", type=int, help="at most this many batches")
+    dump.add_argument("--count", type=_at_least(1), help="at most this many batches")
     dump.add_argument(
         "--records",
         action="store_true",
@@ -140,8 +153,6 @@ async def _run(args: argparse.Namespace) -> int:
             print(format_detail(detail))
             return 0 if detail.current is not None or detail.history else 1
         if command == "dump":
-            if args.count is not None and args.count < 1:
-                raise StreamsAppError("--count must be at least 1")
             dumped = await dump_partition(
                 admin, args.topic, args.partition, from_offset=args.from_offset, count=args.count
             )

@@ -187,7 +187,7 @@ def test_committed_aborted_and_open_transactions(
             "transactional_id": open_id,
             "topic": topic,
             "partition": 0,
-            "timeout_ms": 120_000,
+            "timeout_ms": 600_000,  # open for the whole test: it ends by being fenced
         },
         tmp_path,
     )
@@ -330,7 +330,7 @@ def test_hanging_transaction_found_and_aborted(
     # The coordinator times the transaction out and aborts the partition it knows (0); nothing
     # will ever end the write to partition 1. Kafka offers no event for either: poll.
     async def wait_hanging() -> list[PartitionTransaction]:
-        deadline = asyncio.get_running_loop().time() + 60
+        deadline = asyncio.get_running_loop().time() + 120
         async with OpsAdmin(bootstrap) as admin:
             while True:
                 found = await open_transactions(admin, topics=[topic])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -96,7 +97,11 @@ async def run(config: dict[str, Any]) -> None:
             txn_id, -1, 30_000, [(topic, [(target, batch(pid, epoch, 0, values))])]
         )
         check(await client.send(leader, request), f"Produce to {topic}[{target}]")
-    Path(config["ready"]).write_text(json.dumps({"producer_id": pid, "producer_epoch": epoch}))
+    # Written whole, then renamed: the test kills this process as soon as the file exists.
+    ready = Path(config["ready"])
+    tmp = ready.with_name(ready.name + ".tmp")
+    tmp.write_text(json.dumps({"producer_id": pid, "producer_epoch": epoch}))
+    os.replace(tmp, ready)
     while True:  # hold the transaction open until killed
         time.sleep(3600)
 
