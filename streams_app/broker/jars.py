@@ -32,3 +32,13 @@ def broker_libs(version: str | None = None) -> Path:
         .replace("@LOG4J_VERSION@", LOG4J_VERSION)
     )
     return resolve_jars(f"kafka-{version}", pom)
+
+
+def tools_classpath(version: str | None = None) -> str:
+    """A classpath running Kafka's own tools (``org.apache.kafka.tools.DumpLogSegments``, ...):
+    the broker's jars plus the ``kafka-tools`` jar, fetched with ``mvn`` once and cached."""
+    version = version or kafka_version()
+    libs = broker_libs(version)
+    pom = resource_text("tools-pom.xml").replace("@KAFKA_VERSION@", version)
+    tools = resolve_jars(f"kafka-tools-{version}", pom)
+    return f"{tools}/*:{libs}/*"
