@@ -288,8 +288,14 @@ async def wait_committed(
     timeout: float = 60.0,
     poll: float = 0.2,
     security: dict[str, Any] | None = None,
+    outputs: Collection[str] = (),
 ) -> list[PartitionProgress]:
     """Wait until ``group_id`` has committed everything written to ``topics`` so far.
+
+    With ``outputs``, also wait until none of their partitions holds an open transaction: a
+    transaction's commit marker reaches ``__consumer_offsets`` and the output partitions
+    separately, so right after the offsets show up a ``read_committed`` reader of an output
+    could still stop short of the records that transaction committed.
 
     Done when, on every partition, the committed offset has reached the end offset, and the end
     offsets did not move while that was checked (so records a repartition step wrote in the
@@ -305,7 +311,10 @@ async def wait_committed(
             progress = await progress_with(admin, group_id, topics)
             if progress and all(p.lag == 0 for p in progress):
                 again = await admin.end_offsets([(p.topic, p.partition) for p in progress])
-                if all(again[(p.topic, p.partition)] == p.end for p in progress):
+                if all(again[(p.topic, p.partition)] == p.end for p in progress) and not (
+                    outputs
+                    and await last_stable_equals_high_watermark(bootstrap, outputs, security)
+                ):
                     return progress
             if loop.time() > deadline:
                 behind = [p for p in progress if p.lag] or progress
@@ -330,11 +339,13 @@ async def wait_app_committed(
     app: App, *, timeout: float = 60.0, poll: float = 0.2
 ) -> list[PartitionProgress]:
     """:func:`wait_committed` for the app's own group, over its agents' input topics and every
-    topic the group has committed offsets for (its repartition topics)."""
+    topic the group has committed offsets for (its repartition topics); its other declared
+    topics and its tables' changelogs are the outputs that must hold no open transaction."""
     conf = app.conf
     async with OpsAdmin(conf.bootstrap_servers, **conf.security()) as admin:
         committed = await admin.committed_offsets(conf.id)
     topics = set(app_input_topics(app)) | {topic for topic, _ in committed}
+    outputs = (set(app.topics) | {t.changelog_topic for t in app.tables.values()}) - topics
     return await wait_committed(
         conf.bootstrap_servers,
         conf.id,
@@ -342,4 +353,5 @@ async def wait_app_committed(
         timeout=timeout,
         poll=poll,
         security=conf.security(),
+        outputs=sorted(outputs),
     )

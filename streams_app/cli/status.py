@@ -38,7 +38,8 @@ def add_parser(
     parser.add_argument(
         "--wait-committed",
         action="store_true",
-        help="wait until the group has committed everything written to its inputs so far",
+        help="wait until the group has committed everything written to its inputs so far, "
+        "and its outputs hold no open transaction",
     )
     parser.add_argument(
         "--timeout", type=_seconds, default=60.0, help="with --wait-committed (default 60s)"
@@ -59,6 +60,7 @@ async def _run(args: argparse.Namespace) -> int:
         async with OpsAdmin(conf.bootstrap_servers, **client_kwargs(conf)) as admin:
             status = await app_status(admin, app)
         topics = sorted({t.progress.topic for t in status.tasks})
+        outputs = (set(app.topics) | {t.changelog_topic for t in app.tables.values()}) - set(topics)
         try:
             await wait_committed(
                 conf.bootstrap_servers,
@@ -66,6 +68,7 @@ async def _run(args: argparse.Namespace) -> int:
                 topics or None,
                 timeout=args.timeout,
                 security=client_kwargs(conf),
+                outputs=sorted(outputs),
             )
         except TimeoutError as exc:
             print(f"streams-app: {exc}", file=sys.stderr)
