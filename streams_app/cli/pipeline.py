@@ -125,8 +125,8 @@ def default_home() -> str:
 
 
 def _run_pipeline(args: argparse.Namespace) -> int:
+    from streams_app.postgres.server import PostgresServer
     from streams_app.spark.pipeline import OrdersPipeline
-    from streams_app.spark.postgres_server import PostgresServer
     from streams_app.spark.session import spark_session
     from streams_app.spark.sinks import Trigger
 
