@@ -25,7 +25,7 @@ ERROR_POLICIES = ("retry", "stop", "dlq")
 ENV_PREFIX = "STREAMS_APP_"
 
 #: Settings that are secrets: never printed, never logged.
-SECRET_SETTINGS = frozenset({"sasl_password", "ssl_password"})
+SECRET_SETTINGS = frozenset({"sasl_password", "ssl_password", "postgres_dsn"})
 
 
 @dataclass
@@ -75,6 +75,9 @@ class Settings:
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: str | None = None
+    #: The database of the app's PostgreSQL sinks (and the outbox relay run with -A); a libpq
+    #: DSN or URL. A secret (it may hold a password): never logged, masked by describe().
+    postgres_dsn: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     # -- construction ---------------------------------------------------------------------
