@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from streams_app.cli import broker, demo, pipeline, send, worker
+from streams_app.cli import broker, demo, outbox, pipeline, send, sink, worker
 from streams_app.errors import StreamsAppError
 
 
@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_parser(sub, parents)
     demo.add_parser(sub, parents)
     pipeline.add_parser(sub, parents)
+    sink.add_parser(sub, parents)
+    outbox.add_parser(sub, parents)
     return parser
 
 
