@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from streams_app.cli import broker, demo, outbox, pipeline, send, sink, worker
+from streams_app.cli import broker, demo, outbox, pipeline, postgres, send, sink, worker
 from streams_app.errors import StreamsAppError
 
 
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline.add_parser(sub, parents)
     sink.add_parser(sub, parents)
     outbox.add_parser(sub, parents)
+    postgres.add_parser(sub, parents)
     return parser
 
 

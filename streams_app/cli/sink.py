@@ -12,6 +12,7 @@ import asyncio
 import logging
 import signal
 
+from streams_app.app.postgres import PostgresSink
 from streams_app.cli.loader import load_app
 from streams_app.errors import StreamsAppError
 
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_run([app.sinks[n] for n in names], args.dsn))
 
 
-async def _run(sinks: list, dsn: str | None) -> int:  # type: ignore[type-arg]
+async def _run(sinks: list[PostgresSink], dsn: str | None) -> int:
     from streams_app.postgres.sink import SinkRunner
 
     runners = [SinkRunner(sink, dsn=dsn) for sink in sinks]

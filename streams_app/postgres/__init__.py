@@ -10,6 +10,7 @@
 - :mod:`~streams_app.postgres.schema`: the tables (``streams-app outbox init``);
 - :mod:`~streams_app.postgres.connection`: DSNs named without secrets, connecting with retries;
 - :mod:`~streams_app.postgres.server`: a real PostgreSQL on 127.0.0.1 (tests, local runs);
+- :mod:`~streams_app.postgres.devserver`: ``streams-app postgres start|stop|status``;
 - :mod:`~streams_app.postgres.crashpoints`: the SIGKILL hook fault tests use.
 
 This package imports nothing itself, so :mod:`~streams_app.postgres.server` stays importable

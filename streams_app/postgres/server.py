@@ -93,11 +93,15 @@ class PostgresServer:
     ...     psycopg.connect(pg.dsn)
     """
 
-    def __init__(self, root: Path, port: int = 0, *, durable: bool = True) -> None:
+    def __init__(
+        self, root: Path, port: int = 0, *, durable: bool = True, die_with_parent: bool = True
+    ) -> None:
         self.root = Path(root)
         self.port = port
         #: ``durable=False`` turns fsync off: faster, for throw-away test servers.
         self.durable = durable
+        #: False for a server that outlives the process starting it (``streams-app postgres``).
+        self.die_with_parent = die_with_parent
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -216,7 +220,7 @@ class PostgresServer:
                 stdin=subprocess.DEVNULL,
                 cwd=self.root,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent if self.die_with_parent else None,
                 user=user.pw_uid if user else None,
                 group=user.pw_gid if user else None,
                 extra_groups=[] if user else None,

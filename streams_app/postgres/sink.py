@@ -195,7 +195,7 @@ class SinkRunner:
         log.info("sink %s started; inputs %s (group %s)", self.name, self.topic, self.sink.group_id)
 
     def _cid(self) -> str:
-        return f"{self.sink.group_id}"
+        return self.sink.group_id
 
     async def _ensure_topics(self, admin: AdminClient) -> None:
         """Create the input (as the worker would) and the dead-letter topic if missing."""
