@@ -60,6 +60,7 @@ async def write_events(
     slow_writers: int = 2,
     rollback_share: float = 0.08,
     pause: float = 0.0,
+    tag: str = "",
 ) -> Written:
     """Write at least ``events`` committed events with concurrent writers; returns what
     committed and what rolled back."""
@@ -87,7 +88,7 @@ async def write_events(
                                 "UPDATE counters SET n = n + 1 WHERE k = %s RETURNING n", (key,)
                             )
                             n = (await cur.fetchone())[0]  # type: ignore[index]
-                            event_id = f"{w}-{t}-{key}"
+                            event_id = f"{tag}{w}-{t}-{key}"
                             await outbox.add(
                                 conn,
                                 topic=topic,
@@ -115,6 +116,15 @@ async def write_events(
 
     await asyncio.gather(*(writer(w, slow=w < slow_writers) for w in range(writers + slow_writers)))
     return written
+
+
+def merge(*parts: Written) -> Written:
+    out = Written()
+    for part in parts:
+        out.committed += part.committed
+        out.rolled_back += part.rolled_back
+        out.long_transactions += part.long_transactions
+    return out
 
 
 @dataclass

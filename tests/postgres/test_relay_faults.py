@@ -21,7 +21,14 @@ import pytest
 
 from streams_app.readback import read_topics
 from streams_app.testing.workers import WorkerProcess
-from tests.postgres.outbox_workload import Written, check, outbox_rows, prepare, write_events
+from tests.postgres.outbox_workload import (
+    Written,
+    check,
+    merge,
+    outbox_rows,
+    prepare,
+    write_events,
+)
 from tests.postgres.test_relay_basic import create_topic
 from tests.runtime.helpers import KafkaObserver, wait_until
 
@@ -160,7 +167,7 @@ async def test_relay_at_least_once_shows_duplicates(
         unique,
         tmp_path,
         guarantee="at_least_once",
-        events=3_000,
+        events=2_000,
         seed=seed,
     )
     report = check(records, written)
@@ -178,24 +185,33 @@ async def test_second_relay_fences_the_first(
     await init_outbox(postgres_dsn)
     first = relay_process(bootstrap_servers, postgres_dsn, tmp_path, "first")
     second = relay_process(bootstrap_servers, postgres_dsn, tmp_path, "second")
-    writing = asyncio.create_task(
-        write_events(postgres_dsn, topic, 4_000, seed=7, slow_writers=0, writers=2, pause=0.002)
-    )
+
+    def writing(tag: str) -> asyncio.Task[Written]:
+        return asyncio.create_task(
+            write_events(
+                postgres_dsn, topic, 1_000, seed=7, slow_writers=0, writers=2, pause=0.002, tag=tag
+            )
+        )
+
+    before = writing("a")
     first.start()
+    after = None
     try:
         async with KafkaObserver(bootstrap_servers) as observer:
             await asyncio.to_thread(first.wait_started)
-            await wait_until(lambda: _published_at_least(observer, topic, 500), timeout=120)
+            await wait_until(lambda: _published_at_least(observer, topic, 300), timeout=120)
             second.start()
             await asyncio.to_thread(second.wait_started)
+            after = writing("b")  # events the first relay also tries to publish
             # The first relay's next transaction fails: it was fenced, and it stops.
             assert await asyncio.to_thread(_wait_exit, first) == 2, first.tail()
-            written = await writing
+            written = merge(await before, await after)
             await wait_until(lambda: _outbox_empty(postgres_dsn), timeout=120, interval=0.2)
         assert second.terminate() == 0, second.tail()
     finally:
-        if not writing.done():
-            writing.cancel()
+        for task in (before, after):
+            if task is not None and not task.done():
+                task.cancel()
         for process in (first, second):
             if process.running:
                 process.kill()

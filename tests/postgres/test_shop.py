@@ -28,7 +28,7 @@ from topologies.shop.service import init, place_order, random_order
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
-ORDERS = 3_000
+ORDERS = 2_000
 
 
 def shop_process(kind: str, bootstrap: str, dsn: str, unique: str, tmp: Path) -> WorkerProcess:
