@@ -52,7 +52,7 @@ def add_parser(
         choices=("exactly_once", "exactly_once_v2", "at_least_once"),
         help="exactly_once (default) or at_least_once (the seed's send().get() relay)",
     )
-    relay.add_argument("--batch-size", type=int, default=2000, help="events per transaction")
+    relay.add_argument("--batch-size", type=int, default=5000, help="events per transaction")
     relay.add_argument("--poll-interval", type=float, default=0.05, help="seconds, when idle")
     relay.add_argument("--progress-topic", help="default streams-app-outbox-progress-<relay id>")
     relay.add_argument("--replication-factor", type=int, help="of the progress topic")
