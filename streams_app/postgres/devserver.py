@@ -57,9 +57,24 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _is_our_postgres(state: DevPostgresState) -> bool:
+    """The recorded pid is alive *and* still a postgres on our data directory (pids recycle)."""
+    if not _alive(state.pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return (
+        bool(cmdline)
+        and cmdline[0].endswith(b"postgres")
+        and state.root.encode() in b" ".join(cmdline)
+    )
+
+
 def status() -> DevPostgresState | None:
     state = load_state()
-    return state if state is not None and _alive(state.pid) else None
+    return state if state is not None and _is_our_postgres(state) else None
 
 
 def start(port: int = 5432, fresh: bool = False) -> DevPostgresState:
@@ -82,7 +97,8 @@ def start(port: int = 5432, fresh: bool = False) -> DevPostgresState:
 def stop(grace: float = 30.0) -> bool:
     """Fast shutdown (SIGINT), as PostgresServer.stop does."""
     state = load_state()
-    if state is None or not _alive(state.pid):
+    if state is None or not _is_our_postgres(state):
+        _state_path().unlink(missing_ok=True)
         return False
     os.kill(state.pid, signal.SIGINT)
     deadline = time.monotonic() + grace
@@ -92,4 +108,5 @@ def stop(grace: float = 30.0) -> bool:
             os.waitpid(state.pid, os.WNOHANG)
     if _alive(state.pid):
         os.kill(state.pid, signal.SIGKILL)
+    _state_path().unlink(missing_ok=True)
     return True
