@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streams_app needs Python >= 3.11 (set PYTHON=python3.11)")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,spark,dev,compression]'
+	$(BIN)/python -m pip install -q -e '.[test,spark,postgres,dev,compression]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -479,7 +479,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                         f"load {run['load_before']}/{run['load_after']})",
                         flush=True,
                     )
+        database = None
+        if args.database:  # the PostgreSQL sink and outbox relay rows (benchmarks/database.py)
+            from benchmarks.database import bench_database
+
+            database = await bench_database(bootstrap, broker_pid, workdir, repeat=args.repeat)
         return {
+            "database": database,
             "runs": runs,
             "summary": summarise(runs),
             "machine": machine(),
@@ -552,6 +558,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profiler", choices=("py-spy", "pyinstrument"), default="py-spy")
     parser.add_argument("--out", default="bench-results.json")
     parser.add_argument("--keep", action="store_true", help="keep worker logs and state")
+    parser.add_argument(
+        "--database",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also the PostgreSQL sink and outbox relay rows (benchmarks/database.py)",
+    )
     args = parser.parse_args(argv)
     args.profile = [p for p in args.profile.split(",") if p]
     if (
@@ -573,6 +585,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("eos_over_alos", "eos_over_ceiling", "alos_over_ceiling"):
         if name in summary:
             print(f"{name:<18} {summary[name]:.3f}")
+    if result.get("database"):
+        from benchmarks.database import table as database_table
+
+        print()
+        print(database_table(result["database"]))
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0

@@ -81,3 +81,15 @@ class AuthorizationError(StreamsAppError):
             f"kafka-acls.sh --bootstrap-server ... --add --allow-principal {principal} "
             f"--operation {operation.title().replace('_', '')} {target}"
         )
+
+
+class DatabaseUnavailable(StreamsAppError):
+    """No PostgreSQL answered at the configured address (named as host:port/db, never the DSN)."""
+
+    def __init__(self, address: str, detail: str = "") -> None:
+        self.address = address
+        extra = f" ({detail})" if detail else ""
+        super().__init__(
+            f"PostgreSQL at {address} is unavailable{extra}. Start it, or fix the DSN "
+            "(--dsn / STREAMS_APP_POSTGRES_DSN)."
+        )

@@ -55,11 +55,12 @@ NON_SETTING_VARIABLES = frozenset(
         "STREAMS_APP_PG_BINDIR",
         "STREAMS_APP_PIPELINE_HOME",
         "STREAMS_APP_PIPELINE_POSTGRES",
+        "STREAMS_APP_TEST_CRASH_AT",
     }
 )
 
 #: Settings that are secrets: never printed, never logged, never echoed in an error.
-SECRET_SETTINGS = frozenset({"sasl_password", "ssl_password"})
+SECRET_SETTINGS = frozenset({"sasl_password", "ssl_password", "postgres_dsn"})
 MASK = "*****"
 #: Kafka's millisecond settings are 32-bit ints.
 _MAX_MS = 2**31 - 1
@@ -118,6 +119,9 @@ class Settings:
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: str | None = None
+    #: The database of the app's PostgreSQL sinks (and the outbox relay run with -A); a libpq
+    #: DSN or URL. A secret (it may hold a password): never logged, masked by describe().
+    postgres_dsn: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streams_app.app.agent import Agent, AgentFun, Sink
+from streams_app.app.postgres import DEFAULT_OFFSETS_TABLE, PostgresSink, SinkHandler
 from streams_app.app.table import Table
 from streams_app.app.topic import Topic
 from streams_app.codecs import Codec, CodecSpec
@@ -33,6 +34,7 @@ class App:
         self.agents: list[Agent] = []
         self.tables: dict[str, Table] = {}
         self.timers: list[Timer] = []
+        self.sinks: dict[str, PostgresSink] = {}
 
     @property
     def id(self) -> str:
@@ -131,6 +133,53 @@ class App:
             return fun
 
         return decorate
+
+    def postgres_sink(
+        self,
+        channel: Topic | str,
+        *,
+        handler: SinkHandler | None = None,
+        name: str | None = None,
+        dsn: str | None = None,
+        max_batch: int | None = None,
+        offsets_table: str = DEFAULT_OFFSETS_TABLE,
+        schema: str | Sequence[str] | None = None,
+        error_policy: str | None = None,
+        idle_in_transaction_timeout: float = 60.0,
+    ) -> Any:
+        """Land ``channel`` in PostgreSQL exactly once: ``async def handler(conn, records)``.
+
+        Use as a decorator (``@app.postgres_sink(topic)``) or pass ``handler=``. Each fetched
+        batch is one database transaction: the handler's writes plus the batch's offsets in
+        ``offsets_table``; the sink seeks to those offsets on every assignment and commits none
+        to Kafka. ``dsn`` defaults to the ``postgres_dsn`` setting (``STREAMS_APP_POSTGRES_DSN``);
+        ``schema`` is idempotent DDL run at start (``CREATE TABLE IF NOT EXISTS ...``). Run it
+        with ``streams-app -A module sink NAME`` (docs/database.md).
+        """
+        topic = channel if isinstance(channel, Topic) else self.topic(channel)
+
+        def declare(fun: SinkHandler) -> PostgresSink:
+            sink_name = name or getattr(fun, "__name__", None) or topic.name
+            if sink_name in self.sinks:
+                raise ValueError(f"two sinks are named {sink_name!r}; pass name=...")
+            sink = PostgresSink(
+                self,
+                topic,
+                fun,
+                name=sink_name,
+                dsn=dsn,
+                max_batch=max_batch,
+                offsets_table=offsets_table,
+                schema=schema,
+                error_policy=error_policy,
+                idle_in_transaction_timeout=idle_in_transaction_timeout,
+            )
+            self.sinks[sink_name] = sink
+            return sink
+
+        if handler is not None:
+            return declare(handler)
+        return declare
 
     # -- running --------------------------------------------------------------------------
 

@@ -7,7 +7,20 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from streams_app.cli import broker, demo, pipeline, reset, send, status, tables, txn, worker
+from streams_app.cli import (
+    broker,
+    demo,
+    outbox,
+    pipeline,
+    postgres,
+    reset,
+    send,
+    sink,
+    status,
+    tables,
+    txn,
+    worker,
+)
 from streams_app.errors import StreamsAppError
 
 
@@ -43,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_parser(sub, parents)
     tables.add_parser(sub, parents)
     reset.add_parser(sub, parents)
+    sink.add_parser(sub, parents)
+    outbox.add_parser(sub, parents)
+    postgres.add_parser(sub, parents)
     return parser
 
 

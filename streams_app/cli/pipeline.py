@@ -153,8 +153,8 @@ def _show_progress(args: argparse.Namespace) -> None:
 
 
 def _run_pipeline(args: argparse.Namespace) -> int:
+    from streams_app.postgres.server import PostgresServer
     from streams_app.spark.home import PipelineHome, is_local
-    from streams_app.spark.postgres_server import PostgresServer
 
     bootstrap = args.bootstrap or default_bootstrap()
     home = args.home or default_home()

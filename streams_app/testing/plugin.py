@@ -9,6 +9,9 @@ Installing streams_app gives a test suite these fixtures:
 - ``unique``: a short unique suffix for topic and group names, so tests never share state;
 - ``secure_kafka``: a real single-node broker with TLS, SASL (SCRAM-SHA-512, PLAIN) and ACLs
   for the whole session (:class:`~streams_app.testing.secure.SecureKafka`).
+- ``postgres_server``: a real PostgreSQL (Debian's server binaries, installed when missing and
+  we are root) on 127.0.0.1 and a free port for the whole session, fsync off;
+- ``postgres_dsn``: a fresh database on it for one test (needs the ``postgres`` extra).
 
 Set ``STREAMS_APP_TEST_BOOTSTRAP`` to run against a broker you started yourself (for example the
 ``docker-compose.yml`` one) instead of the embedded one.
@@ -47,6 +50,7 @@ BACKENDS = ("memory", "kafka")
 _BROKER_KEY = pytest.StashKey["EmbeddedKafka | ExternalKafka"]()
 _CLUSTER_KEY = pytest.StashKey["EmbeddedKafka"]()
 _SECURE_KEY = pytest.StashKey["SecureKafka"]()
+_POSTGRES_START_KEY = pytest.StashKey[float]()
 
 
 class ExternalKafka:
@@ -110,6 +114,37 @@ def bootstrap_servers(kafka_broker: EmbeddedKafka | ExternalKafka) -> str:
 @pytest.fixture
 def unique() -> str:
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="session")
+def postgres_server(request: pytest.FixtureRequest) -> Iterator[Any]:
+    import shutil
+    import tempfile
+    import time
+
+    from streams_app.postgres.server import PostgresServer
+
+    # Not below pytest's tmp_path: that is 0700 root's, and the server runs as 'postgres'.
+    root = Path(tempfile.mkdtemp(prefix="streams-app-pg-"))
+    started = time.monotonic()
+    server = PostgresServer(root, durable=False).start()
+    request.config.stash[_POSTGRES_START_KEY] = time.monotonic() - started
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: Any, unique: str) -> str:
+    """A fresh database for one test on the session's server."""
+    import psycopg
+
+    name = f"test_{unique}"
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return str(postgres_server.dsn).rsplit("/", 1)[0] + f"/{name}"
 
 
 # -- the topology test harness -------------------------------------------------------------
@@ -229,6 +264,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                 f"{label}: format {kafka.format_seconds:.1f}s + start-to-ready "
                 f"{kafka.ready_seconds:.1f}s"
             )
+    postgres = config.stash.get(_POSTGRES_START_KEY, None)
+    if postgres is not None:
+        lines.append(f"PostgreSQL initdb + start: {postgres:.1f}s")
     if lines:
         terminalreporter.section("embedded kafka timings")
         for line in lines:
