@@ -264,6 +264,27 @@ class Settings:
         self._validate_sizes()
         self._validate_errors()
         self._validate_security()
+        self._validate_database()
+
+    def _validate_database(self) -> None:
+        """The DSN's shape only (libpq parses it when a sink or the relay connects); never
+        echoed: it may carry a password."""
+        dsn = self.postgres_dsn
+        if dsn is None:
+            return
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise ConfigError(
+                "postgres_dsn",
+                "is not a non-empty string",
+                "set a libpq DSN ('host=... dbname=...') or URL (postgresql://host:5432/db)",
+            )
+        scheme = dsn.split("://", 1)[0] if "://" in dsn else None
+        if scheme is not None and scheme not in ("postgresql", "postgres"):
+            raise ConfigError(
+                "postgres_dsn",
+                f"has the scheme {scheme!r}",
+                "use a postgresql://host:5432/db URL or a libpq 'key=value' DSN",
+            )
 
     def _validate_identity(self) -> None:
         if not isinstance(self.id, str) or not _TOPIC_NAME.match(self.id):

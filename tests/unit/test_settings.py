@@ -78,6 +78,7 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "sasl_mechanism": ["FOO", "GSSAPI", "plain"],
     "sasl_username": ["alice", ""],
     "sasl_password": ["hunter2", ""],
+    "postgres_dsn": ["", "   ", 5432, "mysql://host/db"],
 }
 
 #: Settings whose wrong values only make sense next to others (TLS or SASL on).
@@ -128,7 +129,7 @@ def test_wrong_value_names_the_setting_the_value_and_the_fix(name: str, value: A
     assert error.setting == NAMED.get((name, value), name), str(error)
     assert "Fix:" in str(error)
     assert name in str(error)
-    if name in ("sasl_password", "ssl_password"):
+    if name in ("sasl_password", "ssl_password", "postgres_dsn"):
         assert str(value) not in str(error) or value == ""
     elif value not in ("", None) and name != "sasl_username":
         shown = repr(value) if not isinstance(value, float) else str(value)
