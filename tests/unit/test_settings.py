@@ -78,7 +78,7 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "sasl_mechanism": ["FOO", "GSSAPI", "plain"],
     "sasl_username": ["alice", ""],
     "sasl_password": ["hunter2", ""],
-    "postgres_dsn": ["", "   ", 5432, "mysql://host/db"],
+    "postgres_dsn": ["", "   ", 7, "mysql://host/db"],
 }
 
 #: Settings whose wrong values only make sense next to others (TLS or SASL on).
