@@ -16,6 +16,11 @@ Systems:
     (``send_offsets_to_transaction``); no state, no decoding.
 ``faust``
     faust-streaming's ``exactly_once`` on the same count topology (see ``faust_count.py``).
+``quix``
+    quixstreams on the same count topology (see ``quix_count.py``), under ``--guarantee``.
+
+Kafka Streams, the Java row, speaks the same stdout protocol from its own JVM
+(``kafka_streams/CountBench.java``).
 """
 
 from __future__ import annotations
@@ -185,7 +190,7 @@ SYSTEMS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("system", choices=[*sorted(SYSTEMS), "faust"])
+    parser.add_argument("system", choices=[*sorted(SYSTEMS), "faust", "quix"])
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--group", required=True)
     parser.add_argument("--guarantee", default="exactly_once_v2")
@@ -199,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.faust_count import run as run_faust
 
         run_faust(args)
+        return 0
+    if args.system == "quix":  # quixstreams runs its own (synchronous) loop, prints STATS itself
+        from benchmarks.quix_count import run as run_quix
+
+        run_quix(args)
         return 0
     run = SYSTEMS[args.system]
 
