@@ -84,6 +84,8 @@ class System:
     output_topic: str
     #: ``count`` (one running count per input) or ``echo`` (input forwarded unchanged).
     output_kind: str = "count"
+    #: Worker processes in the group (scale-out: ``eos-2w``).
+    workers: int = 1
     #: The checkout the child runs from (``--compare`` adds runs from another one).
     repo: Path = REPO
 
@@ -98,6 +100,7 @@ SYSTEMS = {
     for s in (
         System("eos", "streams_app", "streams_app", EOS, OUTPUT_TOPIC),
         System("alos", "streams_app", "streams_app", ALOS, OUTPUT_TOPIC),
+        System("eos-2w", "streams_app x2", "streams_app", EOS, OUTPUT_TOPIC, workers=2),
         System("ceiling", "aiokafka loop", "aiokafka", EOS, CEILING_OUTPUT_TOPIC, "echo"),
         System("kstreams-eos", "kafka_streams", "kafka_streams", EOS, KSTREAMS_OUTPUT_TOPIC),
         System("kstreams-alos", "kafka_streams", "kafka_streams", ALOS, KSTREAMS_OUTPUT_TOPIC),
@@ -233,6 +236,64 @@ class OffsetWatcher:
         return sum(max(0, committed[tp].offset) for tp in self.tps if tp in committed)
 
 
+def commit_interval_for(system: System, args: argparse.Namespace) -> float:
+    if args.commit_interval is not None:
+        return float(args.commit_interval)
+    if system.child == "faust":
+        return FAUST_DEFAULT_COMMIT_INTERVAL  # its broker_commit_interval default
+    return 1.0 if system.guarantee == ALOS else 0.1
+
+
+def child_command(
+    system: System,
+    args: argparse.Namespace,
+    *,
+    bootstrap: str,
+    group: str,
+    state_dir: Path,
+    profile_path: Path | None = None,
+) -> list[str]:
+    """The command line of one worker process of ``system``."""
+    commit_interval = commit_interval_for(system, args)
+    if system.child == "kafka_streams":
+        from benchmarks import kafka_streams
+
+        return kafka_streams.command(
+            args.kstreams_classpath,
+            bootstrap=bootstrap,
+            application_id=group,
+            input_topic=INPUT_TOPIC,
+            output_topic=system.output_topic,
+            guarantee=system.guarantee,
+            commit_interval_s=commit_interval,
+            state_dir=state_dir,
+        )
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.child",
+        system.child,
+        "--bootstrap",
+        bootstrap,
+        "--group",
+        group,
+        "--guarantee",
+        system.guarantee,
+        "--state-dir",
+        str(state_dir),
+        "--max-poll-records",
+        str(args.max_poll_records),
+        "--commit-interval",
+        str(commit_interval),
+    ]
+    if system.child == "streams_app":
+        for item in args.set:
+            cmd += ["--set", item]
+    if profile_path is not None and args.profiler == "pyinstrument":
+        cmd += ["--profile", str(profile_path)]
+    return cmd
+
+
 async def run_once(
     system: System,
     index: int,
@@ -245,80 +306,71 @@ async def run_once(
 ) -> dict[str, Any]:
     records = expected.records
     group = f"bench-{system.key.replace('@', '.')}-{index}-{uuid.uuid4().hex[:6]}"
-    commit_interval = args.commit_interval
-    if commit_interval is None and system.child == "faust":
-        commit_interval = FAUST_DEFAULT_COMMIT_INTERVAL  # its broker_commit_interval default
-    elif commit_interval is None:
-        commit_interval = 1.0 if system.guarantee == ALOS else 0.1
-    if system.child == "kafka_streams":
-        from benchmarks import kafka_streams
+    commit_interval = commit_interval_for(system, args)
 
-        cmd = kafka_streams.command(
-            args.kstreams_classpath,
+    def command(state_dir: Path) -> list[str]:
+        return child_command(
+            system,
+            args,
             bootstrap=bootstrap,
-            application_id=group,
-            input_topic=INPUT_TOPIC,
-            output_topic=system.output_topic,
-            guarantee=system.guarantee,
-            commit_interval_s=commit_interval,
-            state_dir=workdir / group,
+            group=group,
+            state_dir=state_dir,
+            profile_path=profile_path,
         )
-    else:
-        cmd = [
-            sys.executable,
-            "-m",
-            "benchmarks.child",
-            system.child,
-            "--bootstrap",
-            bootstrap,
-            "--group",
-            group,
-            "--guarantee",
-            system.guarantee,
-            "--state-dir",
-            str(workdir / group),
-            "--max-poll-records",
-            str(args.max_poll_records),
-            "--commit-interval",
-            str(commit_interval),
-        ]
-        if system.child == "streams_app":
-            for item in args.set:
-                cmd += ["--set", item]
+
     timeout = args.faust_timeout if system.child == "faust" else args.timeout
     output_start = await end_offsets(bootstrap, system.output_topic)
     profile_path = None
     if system.key in args.profile:
         profile_path = Path(args.profile_dir) / f"profile-{system.key}-{index}"
         profile_path.parent.mkdir(parents=True, exist_ok=True)
-        if args.profiler == "pyinstrument":
-            cmd += ["--profile", str(profile_path)]
 
     log_path = workdir / f"{group}.log"
     load_before = load_average()
     spawned = time.time()
+    procs = []
     with open(log_path, "wb") as log:
-        proc = await asyncio.create_subprocess_exec(
-            *cmd, stdout=asyncio.subprocess.PIPE, stderr=log, cwd=system.repo
-        )
+        for n in range(system.workers):
+            # Each worker of a multi-worker run is a process with its own state directory.
+            state_dir = workdir / group / f"worker-{n}"
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    *command(state_dir),
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=log,
+                    cwd=system.repo,
+                )
+            )
+    pids = [p.pid for p in procs]
     first: float | None = None
     first_seen = asyncio.Event()
     stats: dict[str, Any] = {}
     cpu_at_first: tuple[float | None, float | None] = (None, None)
 
-    async def read_stdout() -> None:
+    def cpu_now() -> tuple[float | None, float | None]:
+        workers = [cpu_seconds(pid) for pid in pids]
+        total = None if any(c is None for c in workers) else sum(c or 0.0 for c in workers)
+        return total, cpu_seconds(broker_pid)
+
+    async def read_stdout(proc: asyncio.subprocess.Process) -> None:
         nonlocal first, cpu_at_first
         assert proc.stdout is not None
         async for raw in proc.stdout:
             line = raw.decode(errors="replace").strip()
             if "FIRST " in line:  # faust may put terminal escapes before it
-                first = float(line.split("FIRST ", 1)[1].split()[0])
-                cpu_at_first = (cpu_seconds(proc.pid), cpu_seconds(broker_pid))
-                first_seen.set()
+                stamp = float(line.split("FIRST ", 1)[1].split()[0])
+                if first is None:
+                    first = stamp
+                    cpu_at_first = cpu_now()
+                    first_seen.set()
             elif "STATS " in line:
-                stats.update(json.loads(line.split("STATS ", 1)[1]))
+                for name, value in json.loads(line.split("STATS ", 1)[1]).items():
+                    if isinstance(value, int | float) and not isinstance(value, bool):
+                        stats[name] = stats.get(name, 0) + value
+                    else:
+                        stats[name] = value
 
-    reader = asyncio.create_task(read_stdout())
+    readers = [asyncio.create_task(read_stdout(proc)) for proc in procs]
     spy = None
     if profile_path is not None and args.profiler == "py-spy":
         # Sampling from outside: a few per cent of overhead instead of pyinstrument's 2-3x.
@@ -333,7 +385,7 @@ async def run_once(
             "--output",
             str(profile_path) + ".collapsed",
             "--pid",
-            str(proc.pid),
+            str(pids[0]),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )
@@ -344,18 +396,18 @@ async def run_once(
     done_records = records
     try:
         while time.monotonic() < deadline:
-            if proc.returncode is not None:
+            if any(proc.returncode is not None for proc in procs):
                 break
             if first_seen.is_set() and await watcher.done(group):
                 done_at = time.time()
-                cpu_at_done = (cpu_seconds(proc.pid), cpu_seconds(broker_pid))
+                cpu_at_done = cpu_now()
                 finished = True
                 break
             await asyncio.sleep(0.05)
-        if not finished and first_seen.is_set() and proc.returncode is None:
+        if not finished and first_seen.is_set() and all(p.returncode is None for p in procs):
             # Too slow for --timeout: report the rate of what it committed so far.
             done_at = time.time()
-            cpu_at_done = (cpu_seconds(proc.pid), cpu_seconds(broker_pid))
+            cpu_at_done = cpu_now()
             done_records = await watcher.committed_total(group)
     finally:
         load_after = load_average()
@@ -368,21 +420,22 @@ async def run_once(
             collapsed = Path(str(profile_path) + ".collapsed")
             if collapsed.exists():
                 profile_path.with_suffix(".txt").write_text(summarise_collapsed(collapsed))
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), 60)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        for proc in procs:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()
+        for proc in procs:
+            try:
+                await asyncio.wait_for(proc.wait(), 60)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(reader, 5)
+            await asyncio.wait_for(asyncio.gather(*readers), 5)
     if done_at is None or first is None:
         tail = log_path.read_text(errors="replace")[-3000:]
-        raise RuntimeError(
-            f"{system.key} run {index} did not finish (exit {proc.returncode}):\n{tail}"
-        )
+        codes = [proc.returncode for proc in procs]
+        raise RuntimeError(f"{system.key} run {index} did not finish (exit {codes}):\n{tail}")
     seconds = done_at - first
 
     def delta(i: int) -> float | None:
@@ -491,6 +544,12 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         ratios[name] = _ratio(medians.get("eos"), medians.get(other))
         pairs = [x["eos"] / x[other] for x in by_round.values() if "eos" in x and x.get(other)]
         paired[name] = round(statistics.median(pairs), 3) if pairs else None
+    if "eos-2w" in medians:
+        ratios["eos_2w_over_eos"] = _ratio(medians["eos-2w"], medians.get("eos"))
+        pairs = [
+            x["eos-2w"] / x["eos"] for x in by_round.values() if "eos-2w" in x and x.get("eos")
+        ]
+        paired["eos_2w_over_eos"] = round(statistics.median(pairs), 3) if pairs else None
     return {
         "median_records_per_s": {k: round(v) for k, v in medians.items()},
         "median_cpu_us_per_record": {k: round(v, 2) for k, v in cpu.items()},
@@ -526,6 +585,46 @@ def versions() -> dict[str, str]:
         with contextlib.suppress(PackageNotFoundError):
             found[package] = version(package)
     return found
+
+
+async def measure_latencies(
+    args: argparse.Namespace, bootstrap: str, summary: dict[str, Any], workdir: Path
+) -> dict[str, Any]:
+    """``--latency``: produce-to-visible latency of streams_app per guarantee, at half of the
+    capacity this run measured (``--latency-rate`` when given or not measured)."""
+    from benchmarks import latency
+
+    results: dict[str, Any] = {}
+    medians = summary["median_records_per_s"]
+    for key in ("eos", "alos"):
+        system = SYSTEMS[key]
+        rate = args.latency_rate or (medians[key] // 2 if key in medians else 10_000)
+        group = latency.new_group(key)
+        command = child_command(
+            system, args, bootstrap=bootstrap, group=group, state_dir=workdir / group
+        )
+        result = await latency.measure(
+            bootstrap=bootstrap,
+            command=command,
+            cwd=system.repo,
+            group=group,
+            input_topic=INPUT_TOPIC,
+            output_topic=system.output_topic,
+            keys=args.keys,
+            rate=int(rate),
+            seconds=args.latency_seconds,
+            log_path=workdir / f"{group}.log",
+        )
+        result["commit_interval_s"] = commit_interval_for(system, args)
+        results[key] = result
+        print(
+            f"  latency {key:<5} at {result['rate_achieved']:,}/s: p50 {result['p50_ms']} ms, "
+            f"p99 {result['p99_ms']} ms, max {result['max_ms']} ms "
+            f"(commit interval {result['commit_interval_s'] * 1000:.0f} ms, "
+            f"{result['missing']} outputs missing)",
+            flush=True,
+        )
+    return results
 
 
 def _rounds(systems: list[System], index: int, once: list[str]) -> list[System]:
@@ -577,7 +676,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         else:
             jvm_opts = FULL_JIT_OPTS if args.jvm == "full" else DEFAULT_JVM_OPTS
             print(f"starting the embedded broker ({args.jvm} JVM options, heap {args.heap})...")
-            kafka = EmbeddedKafka(1, jvm_opts=jvm_opts, heap=args.heap).start()
+            # Kafka's own default initial rebalance delay (the embedded broker's is 0, for fast
+            # tests): the two workers of ``eos-2w`` then join one generation, no rebalance while
+            # timed. Outside the timed window for every system.
+            kafka = EmbeddedKafka(
+                1,
+                jvm_opts=jvm_opts,
+                heap=args.heap,
+                settings={"group.initial.rebalance.delay.ms": "3000"},
+            ).start()
             bootstrap, broker_pid = kafka.bootstrap_servers, kafka.node(1).pid
         await create_topics(bootstrap, args.partitions)
         t0 = time.monotonic()
@@ -632,9 +739,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                         f"{run['load_after']}, {verdict})",
                         flush=True,
                     )
+        summary = summarise(runs)
+        latency: dict[str, Any] = {}
+        if args.latency:
+            latency = await measure_latencies(args, bootstrap, summary, workdir)
         return {
             "runs": runs,
-            "summary": summarise(runs),
+            "summary": summary,
+            "latency": latency,
             "machine": machine(),
             "versions": versions(),
             "settings": {
@@ -703,8 +815,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--faust-timeout",
         type=float,
-        default=120.0,
+        default=60.0,
         help="seconds for the faust run, which reports its partial rate (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--latency",
+        action="store_true",
+        help="then measure streams_app's produce-to-visible latency per guarantee",
+    )
+    parser.add_argument("--latency-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--latency-rate",
+        type=int,
+        default=None,
+        help="records/s (default: half of the guarantee's median throughput in this run)",
     )
     parser.add_argument(
         "--profile",

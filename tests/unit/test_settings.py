@@ -46,6 +46,7 @@ def test_exactly_once_defaults_follow_kafka_streams() -> None:
         ({"heartbeat_interval": 10, "session_timeout": 10}, "heartbeat_interval"),
         ({"commit_intervall": 1}, "commit_intervall"),
         ({"security_protocol": "SASL_SSL"}, "sasl_mechanism"),
+        ({"transaction_version": 3}, "transaction_version"),
     ],
 )
 def test_wrong_settings_name_the_setting_and_the_fix(
