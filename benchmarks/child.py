@@ -108,6 +108,32 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
 
     Committer.commit = timed  # type: ignore[method-assign]
 
+    # ... and by phase: which of the commit's steps the time goes to (see runtime/commit.py).
+    from streams_app.runtime.producer import StreamsProducer
+
+    phases: dict[str, float] = {}
+
+    def clocked(cls: Any, name: str, label: str) -> None:
+        original = getattr(cls, name)
+
+        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            t0 = time.monotonic()
+            try:
+                return await original(self, *args, **kwargs)
+            finally:
+                if first.seen:
+                    phases[label] = phases.get(label, 0.0) + time.monotonic() - t0
+
+        setattr(cls, name, wrapper)
+
+    clocked(Committer, "_send_changelog", "changelog")
+    clocked(StreamsProducer, "flush_and_check", "send_gate")
+    clocked(StreamsProducer, "commit", "producer_commit")
+    from streams_app.transport.kafka import KafkaProducerClient
+
+    clocked(KafkaProducerClient, "send_offsets_to_transaction", "offsets")
+    clocked(KafkaProducerClient, "commit_transaction", "end_txn")
+
     from topologies.count import app
 
     worker = app.worker(state_dir=Path(args.state_dir))
@@ -122,6 +148,7 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
         "commits": worker.committer.commits if worker._committer else None,
         "transactions": worker.producer.transactions_committed if worker._producer else None,
         "commit_seconds": round(commit_time[0], 3),
+        "commit_phase_seconds": {k: round(v, 3) for k, v in sorted(phases.items())},
         "transaction_version": seen_version[0],
     }
 

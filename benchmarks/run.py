@@ -641,7 +641,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from streams_app.broker.cluster import EmbeddedKafka
     from streams_app.broker.node import DEFAULT_JVM_OPTS
 
-    systems = [SYSTEMS[s] for s in args.systems.split(",")]
+    base = [SYSTEMS[s] for s in args.systems.split(",")]
+    systems = list(base)
     for item in args.compare:
         # A/B: the same systems from another checkout (e.g. a git worktree of the previous
         # commit), interleaved with ours so both see the same machine load.
@@ -651,7 +652,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             dataclasses.replace(
                 s, key=f"{s.key}@{label}", label=f"{s.label}@{label}", repo=Path(path).resolve()
             )
-            for s in list(systems)
+            for s in base
             if s.child == "streams_app"
         ]
     if any(s.child == "kafka_streams" for s in systems):
