@@ -48,6 +48,7 @@ import sys
 import tempfile
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -663,7 +664,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         print(f"Kafka Streams benchmark app ready ({time.monotonic() - t0:.1f}s)")
     if any(s.child == "quix" for s in systems):
         try:
-            import quixstreams  # noqa: F401
+            with warnings.catch_warnings():  # its dependencies' deprecation notices
+                warnings.simplefilter("ignore")
+                import quixstreams  # noqa: F401
         except ImportError:
             raise SystemExit(
                 "the quixstreams rows need quixstreams: `make bench` installs it (pip install "

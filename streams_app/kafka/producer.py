@@ -1,6 +1,6 @@
 """A transactional producer for exactly-once v2: aiokafka's, rewired for KIP-447.
 
-Four changes to aiokafka 0.14.0 (``aiokafka/producer/``), all private, all here:
+Five changes to aiokafka 0.14.0 (``aiokafka/producer/``), all private, all here:
 
 1. ``send_offsets_to_transaction(offsets, group)`` takes the consumer group *membership* and sends
    TxnOffsetCommit v3 with generation, member id and instance id, so the group coordinator rejects
