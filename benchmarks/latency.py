@@ -32,14 +32,18 @@ async def _commit_group_at_end(bootstrap: str, group: str, topic: str) -> None:
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.structs import OffsetAndMetadata
 
+    from benchmarks.check import end_offsets
+
+    ends = await end_offsets(bootstrap, topic)
+    if not ends:
+        raise RuntimeError(f"latency: no partitions found for {topic}")
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
     await consumer.start()
     try:
-        parts = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        await consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in ends.items()})
+        consumer.assign([TopicPartition(topic, p) for p in ends])
+        await consumer.commit(
+            {TopicPartition(topic, p): OffsetAndMetadata(o, "") for p, o in ends.items()}
+        )
     finally:
         await consumer.stop()
 

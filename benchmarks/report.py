@@ -102,7 +102,9 @@ def render(result: dict[str, Any]) -> str:
             f"{eos_version}.",
         ]
     latency = result.get("latency") or {}
-    if latency:
+    if "error" in latency:
+        out += ["", f"The latency mode failed: {latency['error']}"]
+    elif latency:
         out += [
             "",
             "| latency (produce → visible, read_committed) | rate | p50 | p90 | p99 | max | "

@@ -746,7 +746,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         summary = summarise(runs)
         latency: dict[str, Any] = {}
         if args.latency:
-            latency = await measure_latencies(args, bootstrap, summary, workdir)
+            try:
+                latency = await measure_latencies(args, bootstrap, summary, workdir)
+            except Exception as exc:  # never lose the throughput rounds to it
+                print(f"  latency FAILED: {exc!r}", flush=True)
+                latency = {"error": repr(exc)[:2000]}
         return {
             "runs": runs,
             "summary": summary,
