@@ -45,7 +45,10 @@ class _Retries(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         if PRODUCE_RETRY in message:
-            self.counts["produce: " + message.rsplit("Error: ", 1)[-1].split("'")[1]] += 1
+            # "... Error: <class 'X'>", or the broker's error message (Produce v8+)
+            error = message.rsplit("Error: ", 1)[-1]
+            error = error.split("'")[1] if error.startswith("<class") else error[:90]
+            self.counts[error] += 1
 
 
 async def run_case(
@@ -143,6 +146,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(logging.CRITICAL)  # the retries are counted, not printed
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
     asyncio.run(main_async(args))
 
 
