@@ -74,7 +74,7 @@ def render(result: dict[str, Any]) -> str:
             median = f"({_num(statistics.median(done))}, wrong)" if done else "failed"
         out.append(
             f"| {label}{' ²' if partial else ''} | {mine[0]['guarantee']} | {median} | "
-            f"{_num(min(rates)) if rates else '-'}-{_num(max(rates)) if rates else '-'} | "
+            f"{f'{_num(min(rates))}-{_num(max(rates))}' if rates else '-'} | "
             f"{_num(cpu.get(key), 1)} | {len(ok)}/{len(mine)} |"
         )
     out += [
