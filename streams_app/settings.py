@@ -83,6 +83,9 @@ class Settings:
     #: Commit after this many records even before the interval is up.
     commit_every: int = 10_000
     transaction_timeout: float = 10.0
+    #: Kafka's transaction protocol: None uses version 2 (KIP-890: no AddPartitionsToTxn or
+    #: AddOffsetsToTxn, a new epoch per transaction) where the cluster has it, else 1.
+    transaction_version: int | None = None
     session_timeout: float = 10.0
     heartbeat_interval: float = 3.0
     max_poll_interval: float = 300.0
@@ -343,6 +346,12 @@ class Settings:
                 f"{self.transaction_timeout}s is below commit_interval ({interval}s): every "
                 "transaction would time out before it commits",
                 "raise transaction_timeout or lower commit_interval",
+            )
+        if self.transaction_version not in (None, 1, 2):
+            raise ConfigError(
+                "transaction_version",
+                f"unknown version {self.transaction_version!r}",
+                "leave it unset (version 2 where the cluster has it), or use 1 or 2",
             )
         if self.heartbeat_interval >= self.session_timeout:
             raise ConfigError(

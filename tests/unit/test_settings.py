@@ -79,6 +79,7 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "sasl_username": ["alice", ""],
     "sasl_password": ["hunter2", ""],
     "postgres_dsn": ["", "   ", 7, "mysql://host/db"],
+    "transaction_version": [3, 0, "2", 1.5],
 }
 
 #: Settings whose wrong values only make sense next to others (TLS or SASL on).
