@@ -47,3 +47,11 @@ class BrokerTooOld(StreamsAppError):
 
 class WorkerStopped(StreamsAppError):
     """The worker stopped because the error policy said so; carries the original error."""
+
+
+class LateRecord(StreamsAppError):
+    """A record arrived after every window it belongs to had closed (dead-letter reason)."""
+
+
+class InvalidTimestamp(StreamsAppError):
+    """A record's timestamp is missing or negative (dead-letter reason)."""

@@ -41,6 +41,10 @@ class Settings:
     commit_interval: float | None = None
     #: Commit after this many records even before the interval is up.
     commit_every: int = 10_000
+    #: Seconds a task with several co-partitioned inputs waits for one that has nothing
+    #: buffered before processing the others without it (Kafka Streams' max.task.idle.ms;
+    #: 0: wait only for records already on the broker; -1: never wait).
+    max_task_idle: float = 0.0
     transaction_timeout: float = 10.0
     session_timeout: float = 10.0
     heartbeat_interval: float = 3.0
@@ -185,6 +189,12 @@ class Settings:
             raise ConfigError("commit_interval", "must be positive", "use e.g. 0.1 (seconds)")
         if self.commit_every < 1:
             raise ConfigError("commit_every", "must be at least 1", "use e.g. 10000")
+        if self.max_task_idle < 0 and self.max_task_idle != -1:
+            raise ConfigError(
+                "max_task_idle",
+                f"{self.max_task_idle} is negative",
+                "use seconds >= 0 (0: the default), or -1 to never wait for an input",
+            )
         if self.exactly_once and self.transaction_timeout < interval:
             raise ConfigError(
                 "transaction_timeout",

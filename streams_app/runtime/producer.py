@@ -431,7 +431,10 @@ class StreamsProducer:
                 raise SendFailedError(f"a record could not be sent: {type(exc).__name__}: {exc}")
 
     async def commit(
-        self, offsets: Mapping[TopicPartition, int], group: GroupMetadata | None
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group: GroupMetadata | None,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
         """Exactly-once: offsets into the transaction, the send gate, then EndTxn(commit).
 
@@ -449,7 +452,7 @@ class StreamsProducer:
         if offsets:
             if group is None:
                 raise TransportError("exactly-once commit without consumer group metadata")
-            await self.client.send_offsets_to_transaction(offsets, group)
+            await self.client.send_offsets_to_transaction(offsets, group, metadata)
         await self.flush_and_check()
         await self.client.commit_transaction()
         self._in_transaction = False

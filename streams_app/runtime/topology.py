@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from streams_app.errors import TopologyError
+from streams_app.runtime.stream_time import topic_stages
 from streams_app.settings import Settings
 from streams_app.transport.base import AdminClient, TopicSpec
 
@@ -36,6 +37,8 @@ class TopologyPlan:
     tables_by_group: dict[int, list[str]] = field(default_factory=dict)
     #: Source topic -> dead-letter topic.
     dead_letter_topics: dict[str, str] = field(default_factory=dict)
+    #: Input topic -> its stage: 0 read from outside, +1 per group_by hop (runtime.stream_time).
+    stages: dict[str, int] = field(default_factory=dict)
 
 
 def dead_letter_topic(settings: Settings, topic: str) -> str:
@@ -135,6 +138,7 @@ async def plan_topology(app: App, runner: AgentRunner, admin: AdminClient) -> To
         changelog_topics=changelogs,
         tables_by_group=tables_by_group,
         dead_letter_topics=dead_letters,
+        stages=topic_stages(inputs, runner.repartition_sources),
     )
 
 
