@@ -190,3 +190,23 @@ def expected(data: Dataset) -> Expected:
                 if n:
                     finals["sliding"][(key, start, end)] += n
     return Expected(finals, late)
+
+
+def closed_by_end(data: Dataset, finals: dict[str, Windows]) -> dict[str, Windows]:
+    """The windows that have closed once each partition's stream time is at its end: those are
+    emitted; the last windows of the flush keys are still open."""
+    s = data.sizes
+    end = {p: max(r.ts for r in records) for p, records in data.by_partition().items()}
+    partition = {r.key: r.partition for r in data.records}
+    closes = {
+        "tumbling": lambda w, p: w[2] + s.grace <= p,
+        "hopping": lambda w, p: w[2] + s.grace <= p,
+        "sliding": lambda w, p: w[2] + s.grace < p,
+        "session": lambda w, p: w[2] + s.session_gap + s.grace < p,
+    }
+    return {
+        kind: Counter(
+            {w: n for w, n in finals[kind].items() if closes[kind](w, end[partition[w[0]]])}
+        )
+        for kind in finals
+    }
