@@ -189,8 +189,10 @@ class Table(MutableMapping[Any, Any]):
 
     def open_windowed(self, tx: PartitionTransaction, observed: int) -> WindowedTableState:
         """The runtime opens a task's windows through this (the app layer knows windows)."""
-        assert isinstance(self.key_codec, WindowKeyCodec)
-        return WindowedTableState(self, WindowedTransaction(tx, self.key_codec), observed)
+        assert isinstance(self.key_codec, WindowKeyCodec) and self.window is not None
+        indexed = self.window.kind != "time"  # per-key scans only for sliding and sessions
+        view = WindowedTransaction(tx, self.key_codec, indexed=indexed)
+        return WindowedTableState(self, view, observed)
 
     @property
     def changelog_topic(self) -> str:

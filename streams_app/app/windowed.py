@@ -32,7 +32,6 @@ from streams_app.app.context import Event, TaskScope, current_event, current_run
 from streams_app.app.windows import (
     Duration,
     Op,
-    Skips,
     WindowRange,
     Windows,
     duration_ms,
@@ -70,14 +69,15 @@ class WindowedTableState:
         self.observed = observed
         #: Updates to windows that had already closed (Kafka Streams' dropped-records count).
         self.skipped_windows = 0
+        self.initial = table.initial
         self._closes: list[tuple[int, int, WindowKey]] = []
         self._expiries: list[tuple[int, int, WindowKey]] = []
         self._tracked: set[WindowKey] = set()
         self._seq = 0
         for stored, _ in view.all_windows():
-            self._track(stored)
+            self.track(stored)
 
-    def _track(self, window: WindowKey) -> None:
+    def track(self, window: WindowKey) -> None:
         if window in self._tracked:
             return
         self._tracked.add(window)
@@ -91,20 +91,7 @@ class WindowedTableState:
         """Apply a record's update; False if it was late for every window (nothing changed)."""
         if timestamp > self.observed:
             self.observed = timestamp
-        skips = Skips()
-        applied = self.windows.update(
-            self.view,
-            key,
-            timestamp,
-            self.observed,
-            op,
-            value,
-            self.table.initial,
-            self._track,
-            skips,
-        )
-        self.skipped_windows += skips.windows
-        return applied
+        return self.windows.update(self, key, timestamp, op, value)
 
     def visible(self, window: WindowKey) -> bool:
         return self.windows.expire_at(window) > self.observed
@@ -182,20 +169,29 @@ class WindowSet:
         return task.windowed(self.wrapper.table)
 
     def _read(self, state: WindowedTableState, window: WindowKey | None) -> Any:
-        value = state.read(window)
-        if value is _MISSING:
-            return self.wrapper.table.initial()
-        return value
+        if window is not None and state.windows.expire_at(window) > state.observed:
+            stored = state.view.tx.get(window, _MISSING)
+            if stored is not _MISSING:
+                return state.windows.aggregate(stored)
+        return state.initial()
 
     # -- updates --------------------------------------------------------------------------
 
     def apply(self, op: Op, value: Any, event: Event | None = None) -> WindowSet:
         """Apply ``op(aggregate, value)`` to every window of the record's time."""
-        task, current = _scope()
-        event = event or self.event or current
+        event = event or self.event
+        if event is None:
+            task, event = _scope()
+        else:
+            task = event.task
         table = self.wrapper.table
         state = task.windowed(table)
-        timestamp = self.wrapper.get_timestamp(event)
+        relative = self.wrapper._relative_to
+        timestamp = (
+            event.timestamp
+            if relative is None and event is not None
+            else (self.wrapper.get_timestamp(event))
+        )
         if not state.update(self.key, timestamp, op, value) and event is not None:
             task.record_late(event, table)
         return self
@@ -246,9 +242,11 @@ class WindowSet:
 
     def current(self, event: Event | None = None) -> Any:
         """The window of the record's timestamp (Faust: relative to the stream)."""
-        state = self._state()
-        timestamp = _event_time(event or self.event)
-        return self._read(state, state.windows.current(state.view, self.key, timestamp))
+        event = event or self.event or current_event.get()
+        if event is None:
+            raise TopologyError("this read needs the record being processed (it has none here)")
+        state = event.task.windowed(self.wrapper.table)
+        return self._read(state, state.windows.current(state.view, self.key, event.timestamp))
 
     def now(self) -> Any:
         """The earliest window holding the wall-clock time (Faust's ``now()``)."""
@@ -295,7 +293,7 @@ class WindowSet:
             raise NotImplementedError("cannot set a WindowSet item keyed by an event")
         state = self._state()
         window = self._window(w)
-        state._track(window)
+        state.track(window)
         state.view.put(window, value)
 
     def __delitem__(self, w: Any) -> None:

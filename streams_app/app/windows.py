@@ -31,7 +31,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
 
 from streams_app.state.windowed import SlidingValue, WindowKey
 
@@ -90,13 +90,20 @@ class WindowRange(NamedTuple):
         return round(self.end * 1000)
 
 
-class Skips:
-    """What one update could not do: windows it skipped because they had closed."""
+class WindowState(Protocol):
+    """What an update works on: a task's windows of a table partition (``WindowedTableState``)."""
 
-    __slots__ = ("windows",)
+    view: WindowedTransaction
+    #: The partition's observed stream time, this record's timestamp included.
+    observed: int
+    #: Updates skipped because their window had closed (Kafka Streams counts them as dropped).
+    skipped_windows: int
 
-    def __init__(self) -> None:
-        self.windows = 0
+    def initial(self) -> Any:
+        """A new aggregate (the table's default)."""
+
+    def track(self, window: WindowKey) -> None:
+        """A window was written: queue it to close and expire (if it is not already)."""
 
 
 class Windows(ABC):
@@ -119,24 +126,12 @@ class Windows(ABC):
     # -- updates --------------------------------------------------------------------------
 
     @abstractmethod
-    def update(
-        self,
-        view: WindowedTransaction,
-        key: Any,
-        timestamp: int,
-        observed: int,
-        op: Op,
-        value: Any,
-        initial: Callable[[], Any],
-        created: Callable[[WindowKey], None],
-        skips: Skips,
-    ) -> bool:
+    def update(self, state: WindowState, key: Any, timestamp: int, op: Op, value: Any) -> bool:
         """Apply ``op(aggregate, value)`` for a record of ``key`` at ``timestamp``.
 
-        ``observed`` already includes ``timestamp``. Every window written is reported to
-        ``created`` (which ignores the ones it already tracks); windows skipped because they
-        had closed are counted in ``skips``. Returns False when the record was late for every
-        window it belongs to (it changed nothing).
+        Every window written is reported to ``state.track``; windows skipped because they had
+        closed are counted in ``state.skipped_windows``. Returns False when the record was late
+        for every window it belongs to (it changed nothing).
         """
 
     # -- reads ----------------------------------------------------------------------------
@@ -213,45 +208,40 @@ class TimeWindows(Windows):
             start += step
 
     def close_at(self, window: WindowKey) -> int:
-        return window.end + self.grace_ms
+        return window[2] + self.grace_ms
 
     def expire_at(self, window: WindowKey) -> int:
-        return window.start + self.retention_ms + 1
+        return window[1] + self.retention_ms + 1
 
-    def update(
-        self,
-        view: WindowedTransaction,
-        key: Any,
-        timestamp: int,
-        observed: int,
-        op: Op,
-        value: Any,
-        initial: Callable[[], Any],
-        created: Callable[[WindowKey], None],
-        skips: Skips,
-    ) -> bool:
-        close = observed - self.grace_ms
-        size = self.size_ms
+    def update(self, state: WindowState, key: Any, timestamp: int, op: Op, value: Any) -> bool:
+        # The hot path of windowed counts: plain tuples as transaction keys (equal to, and
+        # hashing like, WindowKey), no generator, the transaction written directly (time
+        # windows' views keep no per-key index).
+        tx = state.view.tx
+        size, step = self.size_ms, self.step_ms
+        close = state.observed - self.grace_ms
+        start = (max(0, timestamp - size + step) // step) * step
         applied = False
-        for start in self.starts_for(timestamp):
+        while start <= timestamp:
             end = start + size
             if end <= close:
-                skips.windows += 1
-                continue
-            window = WindowKey(key, start, end)
-            old = view.get(window, _MISSING)
-            if old is _MISSING:
-                old = initial()
-                created(window)
-            view.put(window, op(old, value))
-            applied = True
+                state.skipped_windows += 1
+            else:
+                window = (key, start, end)
+                old = tx.get(window, _MISSING)
+                if old is _MISSING:
+                    old = state.initial()
+                    state.track(WindowKey(key, start, end))
+                tx.set(window, op(old, value))
+                applied = True
+            start += step
         return applied
 
     def current(self, view: WindowedTransaction, key: Any, timestamp: int) -> WindowKey | None:
         if timestamp < 0:
             return None
         start = (timestamp // self.step_ms) * self.step_ms
-        return WindowKey(key, start, start + self.size_ms)
+        return (key, start, start + self.size_ms)  # type: ignore[return-value]  # WindowKey-equal
 
     def earliest(self, view: WindowedTransaction, key: Any, timestamp: int) -> WindowKey | None:
         start = next(self.starts_for(timestamp), None)
@@ -285,35 +275,25 @@ class SlidingWindows(Windows):
         )
 
     def close_at(self, window: WindowKey) -> int:
-        return window.end + self.grace_ms + 1
+        return window[2] + self.grace_ms + 1
 
     def expire_at(self, window: WindowKey) -> int:
-        return window.start + self.retention_ms + 1
+        return window[1] + self.retention_ms + 1
 
     def aggregate(self, stored: Any) -> Any:
         return stored.value
 
-    def update(
-        self,
-        view: WindowedTransaction,
-        key: Any,
-        timestamp: int,
-        observed: int,
-        op: Op,
-        value: Any,
-        initial: Callable[[], Any],
-        created: Callable[[WindowKey], None],
-        skips: Skips,
-    ) -> bool:
+    def update(self, state: WindowState, key: Any, timestamp: int, op: Op, value: Any) -> bool:
+        view, initial, created = state.view, state.initial, state.track
         t, d = timestamp, self.size_ms
-        close = observed - self.grace_ms
+        close = state.observed - self.grace_ms
         if t + d < close:
             return False  # every window holding it has closed
 
         def put(window: WindowKey, stored: SlidingValue | None, base: SlidingValue) -> None:
             """Add the record to ``window`` (whose current content is ``base``), if open."""
             if window.end < close:
-                skips.windows += 1
+                state.skipped_windows += 1
                 return
             created(window)
             view.put(window, SlidingValue(op(base.value, value), max(t, base.max_timestamp)))
@@ -434,10 +414,10 @@ class SessionWindows(Windows):
         self.merge: Callable[[Any, Any], Any] = merge or (lambda a, b: a + b)
 
     def close_at(self, window: WindowKey) -> int:
-        return window.end + self.gap_ms + self.grace_ms + 1
+        return window[2] + self.gap_ms + self.grace_ms + 1
 
     def expire_at(self, window: WindowKey) -> int:
-        return window.end + self.retention_ms + 1
+        return window[2] + self.retention_ms + 1
 
     def sessions(
         self, view: WindowedTransaction, key: Any, low: int, high: int, observed: int
@@ -450,23 +430,13 @@ class SessionWindows(Windows):
             if w.end >= low and self.expire_at(w) > observed
         ]
 
-    def update(
-        self,
-        view: WindowedTransaction,
-        key: Any,
-        timestamp: int,
-        observed: int,
-        op: Op,
-        value: Any,
-        initial: Callable[[], Any],
-        created: Callable[[WindowKey], None],
-        skips: Skips,
-    ) -> bool:
+    def update(self, state: WindowState, key: Any, timestamp: int, op: Op, value: Any) -> bool:
+        view, observed = state.view, state.observed
         t, gap = timestamp, self.gap_ms
         close = observed - self.grace_ms - gap
         found = self.sessions(view, key, t - gap, t + gap, observed)
         start, end = t, t
-        aggregate = initial()
+        aggregate = state.initial()
         for window, stored in found:
             aggregate = self.merge(aggregate, stored)
             start, end = min(start, window.start), max(end, window.end)
@@ -476,7 +446,7 @@ class SessionWindows(Windows):
         if (start, end) != (t, t):
             for window, _ in found:
                 view.delete(window)
-        created(merged)
+        state.track(merged)
         view.put(merged, op(aggregate, value))
         return True
 

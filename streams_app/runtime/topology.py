@@ -45,8 +45,11 @@ def dead_letter_topic(settings: Settings, topic: str) -> str:
     return settings.dead_letter_topic.replace("{topic}", topic)
 
 
-async def plan_topology(app: App, runner: AgentRunner, admin: AdminClient) -> TopologyPlan:
-    conf = app.conf
+async def plan_topology(
+    app: App, runner: AgentRunner, admin: AdminClient, conf: Settings | None = None
+) -> TopologyPlan:
+    """``conf``: the worker's settings (the app's, with the worker's overrides applied)."""
+    conf = conf or app.conf
     inputs = sorted(runner.source_topics())
     if not inputs:
         raise TopologyError(f"app {app.id!r} has no agents: nothing to consume")

@@ -195,7 +195,7 @@ class Worker:
         # Agents run up to their first `async for`, declaring group_by topics on the way.
         self.runner.start()
         await self.runner.wait_started(timeout=30.0)
-        self.plan = await plan_topology(self.app, self.runner, admin)
+        self.plan = await plan_topology(self.app, self.runner, admin, conf)
         for table in self.app.tables.values():
             self.stores[table.name] = open_store(conf.store, self.directory, table.name)
         self._tasks = TaskManager(self.plan, self.stores, group_factory=self._partition_group)

@@ -89,13 +89,22 @@ class WindowKeyCodec:
 
 
 class WindowedTransaction:
-    """A task's windows of one table partition: committed state plus pending writes."""
+    """A task's windows of one table partition: committed state plus pending writes.
 
-    __slots__ = ("_dead", "_live", "codec", "tx")
+    ``indexed``: remember pending windows per key, so that :meth:`windows` (called per record
+    by sliding and session windows) costs the key's windows, not every pending write. Tumbling
+    and hopping windows never need it on their hot path; without it, writes are plain
+    transaction writes and :meth:`windows` looks through the pending writes.
+    """
 
-    def __init__(self, tx: PartitionTransaction, codec: WindowKeyCodec) -> None:
+    __slots__ = ("_dead", "_live", "codec", "indexed", "tx")
+
+    def __init__(
+        self, tx: PartitionTransaction, codec: WindowKeyCodec, indexed: bool = True
+    ) -> None:
         self.tx = tx
         self.codec = codec
+        self.indexed = indexed
         #: key -> (start, end) of windows written (put) in the open transaction.
         self._live: dict[Any, dict[tuple[int, int], None]] = {}
         #: Windows deleted in the open transaction (they may still be in the store).
@@ -107,32 +116,43 @@ class WindowedTransaction:
             self._live.clear()
             self._dead.clear()
 
-    def get(self, window: WindowKey, default: Any = None) -> Any:
+    def get(self, window: tuple[Any, int, int], default: Any = None) -> Any:
         return self.tx.get(window, default)
 
     def put(self, window: WindowKey, value: Any) -> None:
-        self._fresh()
         self.tx.set(window, value)
-        self._live.setdefault(window.key, {})[(window.start, window.end)] = None
-        self._dead.discard(window)
+        if self.indexed:
+            self._fresh()
+            self._live.setdefault(window[0], {})[(window[1], window[2])] = None
+            self._dead.discard(window)
 
     def delete(self, window: WindowKey) -> None:
-        self._fresh()
         if self.tx.contains(window):
             self.tx.delete(window)
-            live = self._live.get(window.key)
-            if live is not None:
-                live.pop((window.start, window.end), None)
-            self._dead.add(WindowKey(*window))
+            if self.indexed:
+                self._fresh()
+                live = self._live.get(window[0])
+                if live is not None:
+                    live.pop((window[1], window[2]), None)
+                self._dead.add(WindowKey(*window))
 
     def windows(
         self, key: Any, start_min: int | None = None, start_max: int | None = None
     ) -> list[tuple[WindowKey, Any]]:
         """The windows of ``key`` with a start in ``[start_min, start_max]`` (None: unbounded),
         with their values, in (start, end) order."""
-        self._fresh()
-        live = self._live.get(key, {})
-        dead = self._dead
+        if self.indexed:
+            self._fresh()
+            live = self._live.get(key, {})
+            dead = self._dead
+        else:  # look through the pending writes instead
+            live, dead = {}, set()
+            for window, value in self.tx.dirty_items():
+                if window[0] == key:
+                    if value is DELETED:
+                        dead.add(WindowKey(*window))
+                    else:
+                        live[(window[1], window[2])] = None
         found: dict[tuple[int, int], tuple[WindowKey, Any]] = {}
         loads_key, loads_value = self.codec.loads, self.tx.value_codec.loads
         low, high = self.codec.range(key, start_min, start_max)
