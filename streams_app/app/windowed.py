@@ -192,7 +192,10 @@ class WindowSet:
             if relative is None and event is not None
             else (self.wrapper.get_timestamp(event))
         )
-        if not state.update(self.key, timestamp, op, value) and event is not None:
+        # WindowedTableState.update, inlined: this runs for every record of every windowed table.
+        if timestamp > state.observed:
+            state.observed = timestamp
+        if not state.windows.update(state, self.key, timestamp, op, value) and event is not None:
             task.record_late(event, table)
         return self
 
@@ -246,7 +249,14 @@ class WindowSet:
         if event is None:
             raise TopologyError("this read needs the record being processed (it has none here)")
         state = event.task.windowed(self.wrapper.table)
-        return self._read(state, state.windows.current(state.view, self.key, event.timestamp))
+        windows = state.windows
+        window = windows.current(state.view, self.key, event.timestamp)
+        # _read, inlined: a per-record read in the commonest windowed topologies.
+        if window is not None and windows.expire_at(window) > state.observed:
+            stored = state.view.tx.get(window, _MISSING)
+            if stored is not _MISSING:
+                return windows.aggregate(stored)
+        return state.initial()
 
     def now(self) -> Any:
         """The earliest window holding the wall-clock time (Faust's ``now()``)."""

@@ -220,6 +220,19 @@ class TimeWindows(Windows):
         tx = state.view.tx
         size, step = self.size_ms, self.step_ms
         close = state.observed - self.grace_ms
+        if size == step and timestamp >= 0:  # tumbling: one window
+            start = timestamp - timestamp % size
+            end = start + size
+            if end <= close:
+                state.skipped_windows += 1
+                return False
+            window = (key, start, end)
+            old = tx.get(window, _MISSING)
+            if old is _MISSING:
+                old = state.initial()
+                state.track(WindowKey(key, start, end))
+            tx.set(window, op(old, value))
+            return True
         start = (max(0, timestamp - size + step) // step) * step
         applied = False
         while start <= timestamp:
