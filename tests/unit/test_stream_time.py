@@ -98,3 +98,12 @@ def test_partition_group_takes_the_smallest_timestamp_and_waits_for_lagging_inpu
     assert order == [("a", 10), ("b", 20), ("a", 30), ("b", 40)]
     assert [r.timestamp for _, r in group.queues[a]] == [50]
     assert group.clear() == [] and group.buffered == 0 and group.queues[a] == deque()
+
+
+def test_max_task_idle_is_validated() -> None:
+    from streams_app.errors import ConfigError
+    from streams_app.settings import Settings
+
+    assert Settings.build("x", {"max_task_idle": -1}, environ={}).max_task_idle == -1
+    with pytest.raises(ConfigError, match="max_task_idle"):
+        Settings.build("x", {"max_task_idle": -2}, environ={})

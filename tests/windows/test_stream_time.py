@@ -204,3 +204,39 @@ async def test_stream_time_timer_fires_per_task_once_even_through_crashes(
             ("1", t0 + 25_000, 2),
         ]
         assert await driver.table("fired") == {"count": 2}
+
+
+# -- record time from the value; invalid times go to the dead-letter topic ---------------------
+
+
+def stamped_app() -> App:
+    app = App("stamped", topic_partitions=1)
+    source = app.topic("readings", key_type=str, value_type=dict, timestamp_fn=lambda v: v["at"])
+    seen = app.topic("seen", key_type=str, value_type=int)
+
+    @app.agent(source)
+    async def keep(stream):  # type: ignore[no-untyped-def]
+        async for event in stream.events():
+            await seen.send(key=event.key, value=event.timestamp)
+
+    return app
+
+
+async def test_timestamp_fn_gives_records_their_time_and_bad_times_are_dead_lettered(
+    topology_driver: DriverFactory,
+) -> None:
+    from streams_app.runtime.errors_policy import H_ERROR_TYPE
+
+    async with topology_driver(stamped_app()) as driver:
+        await driver.pipe("readings", {"at": 1_700_000_000.25}, key="a")
+        await driver.pipe("readings", {"at": None}, key="b")  # no time: dead-lettered
+        await driver.pipe("readings", {"at": -5}, key="c")  # negative: dead-lettered
+        await driver.pipe("readings", {"at": 1_700_000_001}, key="d")
+        await driver.run_until_idle()
+        assert await driver.read_key_values("seen") == [
+            ("a", 1_700_000_000_250),
+            ("d", 1_700_000_001_000),
+        ]
+        dead = await driver.read("readings.dlq")
+        assert [r.header(H_ERROR_TYPE) for r in dead] == [b"InvalidTimestamp"] * 2
+        assert await driver.committed_offsets("readings") == {0: 4}  # nothing lost or stuck
