@@ -38,7 +38,7 @@ from streams_app.app.windows import (
     instant_ms,
 )
 from streams_app.errors import TopologyError
-from streams_app.state.windowed import WindowedTransaction, WindowKey
+from streams_app.state.windowed import SlidingValue, WindowedTransaction, WindowKey
 
 if TYPE_CHECKING:
     from streams_app.app.table import Table
@@ -303,6 +303,8 @@ class WindowSet:
             raise NotImplementedError("cannot set a WindowSet item keyed by an event")
         state = self._state()
         window = self._window(w)
+        if state.windows.kind == "sliding":  # sliding windows also keep their newest record time
+            value = SlidingValue(value, window.end)
         state.track(window)
         state.view.put(window, value)
 
