@@ -80,6 +80,7 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "sasl_password": ["hunter2", ""],
     "postgres_dsn": ["", "   ", 7, "mysql://host/db"],
     "transaction_version": [3, 0, "2", 1.5],
+    "max_task_idle": [-2, NAN, INF, "1", True],
 }
 
 #: Settings whose wrong values only make sense next to others (TLS or SASL on).
