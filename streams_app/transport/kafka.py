@@ -44,6 +44,7 @@ from streams_app.kafka import (
     StableConsumer,
     TransactionalProducer,
     TransactionSendFailedError,
+    is_aborted_by_coordinator,
     is_fencing_error,
 )
 from streams_app.kafka import logs as kafka_logs
@@ -554,11 +555,7 @@ class KafkaProducerClient:
         if denied is not None:
             return denied
         if is_fencing_error(exc):
-            return ProducerFencedError(
-                f"producer with transactional.id {tid!r} was fenced: a newer instance took the "
-                "id, or the broker aborted its transaction after transaction.timeout.ms "
-                f"({self._config.transaction_timeout_ms} ms)"
-            )
+            return self._fenced()
         if isinstance(exc, TransactionSendFailedError):
             for failure in exc.failures:
                 if is_fencing_error(failure):
@@ -578,6 +575,13 @@ class KafkaProducerClient:
                 return TransactionAbortableError(f"transaction failed: {exc!r}")
             return TransportError(f"producer error: {exc!r}")
         return exc
+
+    def _fenced(self) -> ProducerFencedError:
+        return ProducerFencedError(
+            f"producer with transactional.id {self._config.transactional_id!r} was fenced: a "
+            "newer instance took the id, or the broker aborted its transaction after "
+            f"transaction.timeout.ms ({self._config.transaction_timeout_ms} ms)"
+        )
 
     def _not_transactional(self, what: str) -> TransportError:
         return TransportError(f"{what} needs a transactional producer (no transactional_id set)")
@@ -711,6 +715,8 @@ class KafkaProducerClient:
         try:
             await self._p.commit_transaction()
         except Exception as exc:
+            if is_aborted_by_coordinator(exc):
+                raise self._fenced() from exc
             mapped = self._translate(exc)
             if mapped is exc:
                 raise
