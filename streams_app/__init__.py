@@ -17,11 +17,15 @@ from mode import Service, ServiceT
 
 from streams_app.app import Agent, App, Settings, Stream, Table, Topic
 from streams_app.app.channel import Channel
-from streams_app.app.context import Event, Message, TopicPartitionView
+from streams_app.app.context import Event, Message, TopicPartitionView, current_task
 from streams_app.app.context import current_event as _current_event
 from streams_app.app.global_table import GlobalTable
 from streams_app.app.set_table import SetTable
+from streams_app.app.windows import WindowRange
 from streams_app.errors import (
+    AuthorizationError,
+    BrokerAuthenticationError,
+    BrokerSecurityMismatch,
     BrokerUnavailable,
     ConfigError,
     StreamsAppError,
@@ -63,6 +67,9 @@ __all__ = [
     "Agent",
     "AgentT",
     "App",
+    "AuthorizationError",
+    "BrokerAuthenticationError",
+    "BrokerSecurityMismatch",
     "BrokerUnavailable",
     "Channel",
     "ChannelT",
@@ -84,8 +91,10 @@ __all__ = [
     "Topic",
     "TopicT",
     "TopologyError",
+    "WindowRange",
     "WorkerStopped",
     "__version__",
     "current_event",
+    "current_task",
     "uuid",
 ]

@@ -15,16 +15,17 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from streams_app.app import background, names
 from streams_app.app.agent import Agent, AgentFun, Sink
-from streams_app.app.background import Crontab, Task, Timer
+from streams_app.app.background import STREAM_TIME, WALL_CLOCK, Crontab, Task, Timer
 from streams_app.app.channel import Channel
 from streams_app.app.commands import Argument, Command, Option
 from streams_app.app.context import current_runtime
 from streams_app.app.faust_settings import AppSettings, build_settings
 from streams_app.app.global_table import GlobalTable
 from streams_app.app.pages import Page, routed
+from streams_app.app.postgres import DEFAULT_OFFSETS_TABLE, PostgresSink, SinkHandler
 from streams_app.app.set_table import SetTable
 from streams_app.app.signals import Signal
-from streams_app.app.table import Table
+from streams_app.app.table import Table, WindowCloseCallback
 from streams_app.app.topic import Topic
 from streams_app.codecs import Codec, CodecSpec
 from streams_app.errors import TopologyError
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from streams_app.runtime.clock import Clock
     from streams_app.runtime.worker import Worker
 
-__all__ = ["App", "StandaloneProducer", "Timer"]
+__all__ = ["STREAM_TIME", "WALL_CLOCK", "App", "StandaloneProducer", "Timer"]
 
 # The class names, for annotations inside App (whose methods Table/SetTable/GlobalTable shadow
 # them there, as Faust's do).
@@ -64,6 +65,7 @@ class App:
         self.commands: dict[str, Command] = {}
         self.pages: list[Page] = []
         self.channels: list[Channel] = []
+        self.sinks: dict[str, PostgresSink] = {}
         self.on_rebalance_start = Signal("on_rebalance_start", self)
         self.on_rebalance_complete = Signal("on_rebalance_complete", self)
         self.on_partitions_assigned = Signal("on_partitions_assigned", self)
@@ -93,9 +95,14 @@ class App:
         deleting: bool | None = None,
         pattern: Any = None,
         has_prefix: bool = False,
+        timestamp_fn: Callable[[Any], Any] | None = None,
+        on_invalid_timestamp: str = "dlq",
         **_: Any,
     ) -> Topic:
-        """Declare a topic (created at start if it does not exist)."""
+        """Declare a topic (created at start if it does not exist). ``timestamp_fn(value)``
+        gives records their time (a datetime or epoch seconds) instead of the Kafka timestamp;
+        ``on_invalid_timestamp`` says what a missing or negative one does (see
+        :class:`~streams_app.app.topic.Topic`)."""
         if pattern is not None:
             raise TopologyError("topic(pattern=...) is not supported: name the topics")
         if len(topics) != 1:
@@ -106,6 +113,8 @@ class App:
         name = topics[0]
         existing = self.topics.get(name)
         if existing is not None:
+            if timestamp_fn is not None:
+                existing.use_timestamp_fn(timestamp_fn, f"app.topic({name!r})")
             return existing
         topic = Topic(
             self,
@@ -122,6 +131,8 @@ class App:
             compacting=compacting,
             deleting=deleting,
             has_prefix=has_prefix,
+            timestamp_fn=timestamp_fn,
+            on_invalid_timestamp=on_invalid_timestamp,
         )
         self.topics[name] = topic
         return topic
@@ -153,10 +164,12 @@ class App:
         value_type: Any = None,
         use_reply_headers: bool = True,
         help: str | None = None,
+        timestamp_fn: Callable[[Any], Any] | None = None,
         **_: Any,
     ) -> Callable[[AgentFun], Agent]:
         """Decorate ``async def f(stream)`` to process ``channel`` (a topic, its name, or an
-        in-process channel); without one, the agent owns a topic (Faust's ``@app.agent()``)."""
+        in-process channel); without one, the agent owns a topic (Faust's ``@app.agent()``).
+        ``timestamp_fn`` sets the input topic's record time (see :meth:`topic`)."""
         source = self.topic(channel) if isinstance(channel, str) else channel
 
         def decorate(fun: AgentFun) -> Agent:
@@ -175,6 +188,13 @@ class App:
             )
             if any(a.name == agent.name for a in self.agents):
                 raise ValueError(f"two agents are named {agent.name!r}; pass name=...")
+            if timestamp_fn is not None:
+                if not isinstance(agent.channel, Topic):
+                    raise TopologyError(
+                        f"agent {agent.name!r} sets a timestamp_fn but reads a channel: record "
+                        "time comes from a topic's records"
+                    )
+                agent.channel.use_timestamp_fn(timestamp_fn, f"agent on {agent.channel.name!r}")
             self.agents.append(agent)
             return agent
 
@@ -200,8 +220,12 @@ class App:
         value_type: CodecSpec = None,
         changelog_topic: str | Topic | None = None,
         help: str | None = None,
+        on_window_close: WindowCloseCallback | None = None,
         **options: Any,
     ) -> _Table:
+        """A changelog-backed table; ``.tumbling()``, ``.hopping()``, ``.sliding()`` and
+        ``.session()`` make it windowed, and ``on_window_close(key, value)`` is then called
+        with each window's final value when it closes (``key`` is ``(key, WindowRange)``)."""
         return self._add_table(
             Table(
                 self,
@@ -212,6 +236,7 @@ class App:
                 value_type=value_type,
                 changelog_topic=changelog_topic,
                 help=help,
+                on_window_close=on_window_close,
                 **options,
             )
         )
@@ -234,18 +259,33 @@ class App:
         *,
         on_leader: bool = False,
         name: str | None = None,
+        on: str = WALL_CLOCK,
         **_: Any,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Run ``f()`` (or ``f(app)``) every ``interval`` seconds in each worker, or only on
-        the leader; see :mod:`streams_app.app.background` for how it stands with
-        transactions."""
+        """Run ``f()`` (or ``f(app)``) every ``interval`` seconds (a number or a timedelta).
+
+        ``on="wall_clock"`` (the default): once per worker (or only on the leader, with
+        ``on_leader=True``), between batches, by the worker's clock. ``on="stream_time"`` (Kafka
+        Streams' ``PunctuationType.STREAM_TIME``): once per task each time the task's stream time
+        crosses a multiple of ``interval`` (at most once per batch, however many multiples it
+        crossed), for that task: table reads and writes reach the task's partition
+        (``current_task`` is set). See :mod:`streams_app.app.background` for how timers stand
+        with transactions.
+        """
         seconds = interval.total_seconds() if hasattr(interval, "total_seconds") else interval
         if float(seconds) <= 0:
             raise ValueError("timer interval must be positive")
+        if on not in (WALL_CLOCK, STREAM_TIME):
+            raise ValueError(f"timer on={on!r}: use {WALL_CLOCK!r} or {STREAM_TIME!r}")
+        if on == STREAM_TIME and on_leader:
+            raise ValueError(
+                "a stream-time timer runs once per task, on every worker: on_leader=True "
+                "applies to wall-clock timers only"
+            )
 
         def decorate(fun: Callable[..., Any]) -> Callable[..., Any]:
             label = self._unique_timer_name(background.timer_name(fun, name))
-            self.timers.append(Timer(label, float(seconds), fun, on_leader=on_leader))
+            self.timers.append(Timer(label, float(seconds), fun, on_leader=on_leader, on=on))
             return fun
 
         return decorate
@@ -357,6 +397,53 @@ class App:
         runtime = current_runtime.get()
         return bool(runtime is not None and runtime.is_leader())
 
+    def postgres_sink(
+        self,
+        channel: Topic | str,
+        *,
+        handler: SinkHandler | None = None,
+        name: str | None = None,
+        dsn: str | None = None,
+        max_batch: int | None = None,
+        offsets_table: str = DEFAULT_OFFSETS_TABLE,
+        schema: str | Sequence[str] | None = None,
+        error_policy: str | None = None,
+        idle_in_transaction_timeout: float = 60.0,
+    ) -> Any:
+        """Land ``channel`` in PostgreSQL exactly once: ``async def handler(conn, records)``.
+
+        Use as a decorator (``@app.postgres_sink(topic)``) or pass ``handler=``. Each fetched
+        batch is one database transaction: the handler's writes plus the batch's offsets in
+        ``offsets_table``; the sink seeks to those offsets on every assignment and commits none
+        to Kafka. ``dsn`` defaults to the ``postgres_dsn`` setting (``STREAMS_APP_POSTGRES_DSN``);
+        ``schema`` is idempotent DDL run at start (``CREATE TABLE IF NOT EXISTS ...``). Run it
+        with ``streams-app -A module sink NAME`` (docs/database.md).
+        """
+        topic = channel if isinstance(channel, Topic) else self.topic(channel)
+
+        def declare(fun: SinkHandler) -> PostgresSink:
+            sink_name = name or getattr(fun, "__name__", None) or topic.name
+            if sink_name in self.sinks:
+                raise ValueError(f"two sinks are named {sink_name!r}; pass name=...")
+            sink = PostgresSink(
+                self,
+                topic,
+                fun,
+                name=sink_name,
+                dsn=dsn,
+                max_batch=max_batch,
+                offsets_table=offsets_table,
+                schema=schema,
+                error_policy=error_policy,
+                idle_in_transaction_timeout=idle_in_transaction_timeout,
+            )
+            self.sinks[sink_name] = sink
+            return sink
+
+        if handler is not None:
+            return declare(handler)
+        return declare
+
     # -- running --------------------------------------------------------------------------
 
     def worker(
@@ -376,7 +463,10 @@ class App:
     def transport(self) -> Transport:
         from streams_app.transport.kafka import KafkaTransport
 
-        return KafkaTransport(self.conf.bootstrap_servers, security=self.conf.security())
+        conf = self.conf
+        return KafkaTransport(
+            conf.bootstrap_servers, security=conf.security(), principal=conf.principal
+        )
 
     @asynccontextmanager
     async def producer(

@@ -22,6 +22,11 @@ from typing import Any
 
 from streams_app.app import names
 
+#: When a timer runs: by the worker's clock, or each time a task's stream time crosses a
+#: multiple of its interval (Kafka Streams' ``PunctuationType.WALL_CLOCK_TIME``/``STREAM_TIME``).
+WALL_CLOCK = "wall_clock"
+STREAM_TIME = "stream_time"
+
 
 def takes_app(fun: Callable[..., Any]) -> bool:
     """Faust passes the app to timer and task functions that take one argument."""
@@ -55,6 +60,12 @@ class Timer:
     interval: float
     fun: Callable[..., Any]
     on_leader: bool = False
+    #: ``"wall_clock"`` or ``"stream_time"``.
+    on: str = WALL_CLOCK
+
+    @property
+    def interval_ms(self) -> int:
+        return max(1, round(self.interval * 1000))
 
     def next_delay(self, now: float) -> float:
         return self.interval
@@ -69,6 +80,8 @@ class Crontab:
     fun: Callable[..., Any]
     timezone: Any = None
     on_leader: bool = False
+    #: Crontabs follow the wall clock.
+    on: str = WALL_CLOCK
 
     def next_delay(self, now: float) -> float:
         """Seconds from ``now`` (epoch seconds) to the next matching minute."""

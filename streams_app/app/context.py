@@ -8,7 +8,10 @@ variables, never by importing the runtime:
 - :data:`current_runtime` holds the running worker as a :class:`Runtime` (set for the worker's
   whole run, so timers and agents see it);
 - :data:`current_event` holds the record being processed, whose :attr:`Event.task` is a
-  :class:`TaskScope` (the task that owns it, and its pending table writes).
+  :class:`TaskScope` (the task that owns it, and its pending table writes);
+- :data:`current_task` holds the task a stream-time timer, an ``on_leader`` timer (the leader's
+  task) or a window-close callback runs for, when there is no record (so tables and sends
+  still reach that task's transaction).
 
 Agents run as asyncio tasks, so a ``ContextVar`` set by the stream when it hands out a record is
 visible to everything the agent awaits while processing it, and to nothing else.
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
     from streams_app.app.channel import Channel
     from streams_app.app.table import Table
     from streams_app.app.topic import Topic
+    from streams_app.app.windowed import WindowedTableState
     from streams_app.state.base import PartitionTransaction
 
 
@@ -53,6 +57,25 @@ class TaskScope(Protocol):
     tables: dict[str, PartitionTransaction]
 
     def open_table(self, table: Table) -> PartitionTransaction: ...
+
+    @property
+    def partition(self) -> int:
+        """The partition number of the task (of its input topics and of its tables)."""
+        ...
+
+    @property
+    def stream_time(self) -> int:
+        """The largest record timestamp the task has processed, in ms (-1: none yet)."""
+        ...
+
+    def windowed(self, table: Table) -> WindowedTableState:
+        """The task's windows of a windowed ``table`` (opened on first use)."""
+        ...
+
+    def record_late(self, event: Event, table: Table) -> None:
+        """``event`` was late for every window of ``table`` it belongs to: count it, and
+        dead-letter it if the table says so (at the end of the batch, in the transaction)."""
+        ...
 
 
 class Runtime(Protocol):
@@ -138,6 +161,9 @@ class Runtime(Protocol):
     def topic(self, name: str) -> Topic:
         """The app's topic called ``name`` (declared on first use)."""
 
+    def wall_time(self) -> float:
+        """Wall-clock seconds since the epoch, from the worker's clock (tests move it)."""
+
 
 #: What a lookup returns when a key is absent (``None`` may be a stored value).
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
@@ -151,7 +177,11 @@ class TopicPartitionView(NamedTuple):
 
 
 class Event:
-    """A consumed record, decoded, with where it came from."""
+    """A consumed record, decoded, with where it came from.
+
+    ``timestamp`` is the record's time in ms: the Kafka timestamp, or what the topic's
+    ``timestamp_fn`` took from the value.
+    """
 
     __slots__ = (
         "asks",
@@ -297,7 +327,5 @@ class Message:
 
 
 current_event: ContextVar[Event | None] = ContextVar("streams_app_current_event", default=None)
+current_task: ContextVar[TaskScope | None] = ContextVar("streams_app_current_task", default=None)
 current_runtime: ContextVar[Runtime | None] = ContextVar("streams_app_runtime", default=None)
-#: The task a timer runs for when it has no event (``on_leader`` timers: the leader's task),
-#: so tables work inside it.
-current_scope: ContextVar[TaskScope | None] = ContextVar("streams_app_scope", default=None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from streams_app.app.context import MISSING, current_event, current_runtime, current_scope
+from streams_app.app.context import MISSING, current_event, current_runtime, current_task
 from streams_app.app.table import Table
 from streams_app.state.base import DELETED, PartitionTransaction
 
@@ -25,7 +25,7 @@ class GlobalTable(Table):
 
     def _pending(self) -> PartitionTransaction | None:
         event = current_event.get()
-        task = event.task if event is not None else current_scope.get()
+        task = event.task if event is not None else current_task.get()
         if task is None:
             return None
         return task.tables.get(self.name)

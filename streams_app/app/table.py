@@ -14,18 +14,31 @@ any partition was). The first such write logs a warning, once per table.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, MutableMapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from streams_app.app import names
-from streams_app.app.context import Event, TaskScope, current_event, current_runtime, current_scope
+from streams_app.app.context import Event, TaskScope, current_event, current_runtime, current_task
 from streams_app.app.topic import Topic
-from streams_app.codecs import Codec, CodecSpec, codec_for, json_dumps
+from streams_app.app.windowed import WindowedTableState, WindowWrapper
+from streams_app.app.windows import (
+    Duration,
+    SessionWindows,
+    SlidingWindows,
+    TimeWindows,
+    Windows,
+)
+from streams_app.codecs import Codec, CodecSpec, JsonCodec, codec_for, json_dumps
 from streams_app.errors import TopologyError
 from streams_app.state.base import DELETED, PartitionTransaction
+from streams_app.state.windowed import SlidingValueCodec, WindowedTransaction, WindowKeyCodec
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
+
+#: ``on_window_close(key, value)``: ``key`` is ``(key, WindowRange)``; may be async.
+WindowCloseCallback: TypeAlias = Callable[[Any, Any], "Awaitable[Any] | Any"]
+LATE_RECORDS = ("drop", "dlq")
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +62,7 @@ class Table(MutableMapping[Any, Any]):
         help: str | None = None,
         key_serializer: str | Codec | None = None,
         value_serializer: str | Codec | None = None,
+        on_window_close: WindowCloseCallback | None = None,
         **faust_options: Any,
     ) -> None:
         self.app = app
@@ -58,6 +72,7 @@ class Table(MutableMapping[Any, Any]):
         self.key_type = key_type
         self.value_type = value_type
         # Faust: a table's keys and values are JSON unless their model names a serializer.
+        #: The codecs of the store and changelog (windowed tables: of (key, window) entries).
         self.key_codec: Codec = codec_for(key_type, key_serializer, "json")
         self.value_codec: Codec = codec_for(value_type, value_serializer, "json")
         if isinstance(changelog_topic, Topic):
@@ -69,6 +84,142 @@ class Table(MutableMapping[Any, Any]):
         #: ``use_partitioner``, ...), kept as given.
         self.options = dict(faust_options)
         self._warned_key = False
+        #: The codecs of the user's keys and values (the same unless windowed).
+        self.user_key_codec = self.key_codec
+        self.user_value_codec = self.value_codec
+        #: Windowed tables: the kind of window, and what happens to windows that close.
+        self.window: Windows | None = None
+        self.on_window_close = on_window_close
+        self.emit_final_topic: Topic | None = None
+        self.late_records = "drop"
+
+    # -- windows (Faust's spelling; Kafka Streams' semantics) -----------------------------
+
+    def tumbling(
+        self,
+        size: Duration,
+        expires: Duration | None = None,
+        key_index: bool = False,
+        *,
+        grace: Duration = 0,
+        late_records: str = "drop",
+        emit_final: Topic | str | None = None,
+    ) -> WindowWrapper:
+        """Tumbling windows of ``size`` seconds: ``[start, start + size)``, aligned to the epoch.
+
+        ``grace``: how long after its end a window still takes late records (default 0, as
+        Kafka Streams' ``ofSizeWithNoGrace``). ``expires``: how long windows stay in the store
+        after they start (default and minimum ``size + grace``). ``late_records``: ``"drop"``
+        (counted) or ``"dlq"`` (also sent to the source topic's dead-letter topic).
+        ``emit_final``: a topic that gets each window's final value once, when it closes.
+        ``key_index`` is accepted for Faust compatibility (keys are always iterable here).
+        """
+        return self.using_window(
+            TimeWindows(size, grace=grace, expires=expires),
+            late_records=late_records,
+            emit_final=emit_final,
+        )
+
+    def hopping(
+        self,
+        size: Duration,
+        step: Duration,
+        expires: Duration | None = None,
+        key_index: bool = False,
+        *,
+        grace: Duration = 0,
+        late_records: str = "drop",
+        emit_final: Topic | str | None = None,
+    ) -> WindowWrapper:
+        """Hopping windows of ``size`` seconds every ``step`` seconds; see :meth:`tumbling`."""
+        return self.using_window(
+            TimeWindows(size, step, grace=grace, expires=expires),
+            late_records=late_records,
+            emit_final=emit_final,
+        )
+
+    def sliding(
+        self,
+        size: Duration,
+        *,
+        grace: Duration = 0,
+        expires: Duration | None = None,
+        late_records: str = "drop",
+        emit_final: Topic | str | None = None,
+    ) -> WindowWrapper:
+        """Kafka Streams' sliding windows (``SlidingWindows.ofSizeAndGrace``): one window
+        ``[t - size, t]`` per distinct set of records at most ``size`` apart; see
+        :meth:`tumbling`. (Faust's ``SlidingWindow(before, after)`` is a different thing.)"""
+        return self.using_window(
+            SlidingWindows(size, grace=grace, expires=expires),
+            late_records=late_records,
+            emit_final=emit_final,
+        )
+
+    def session(
+        self,
+        gap: Duration,
+        *,
+        grace: Duration = 0,
+        expires: Duration | None = None,
+        merge: Callable[[Any, Any], Any] | None = None,
+        late_records: str = "drop",
+        emit_final: Topic | str | None = None,
+    ) -> WindowWrapper:
+        """Session windows: a key's records at most ``gap`` seconds apart form one session;
+        ``merge(a, b)`` combines two sessions a record bridges (default ``a + b``). A session
+        closes ``gap + grace`` after its last record; see :meth:`tumbling`."""
+        return self.using_window(
+            SessionWindows(gap, grace=grace, expires=expires, merge=merge),
+            late_records=late_records,
+            emit_final=emit_final,
+        )
+
+    def using_window(
+        self,
+        window: Windows,
+        *,
+        late_records: str = "drop",
+        emit_final: Topic | str | None = None,
+    ) -> WindowWrapper:
+        if self.window is not None and self.window is not window:
+            raise TopologyError(f"table {self.name!r} is already windowed ({self.window!r})")
+        if late_records not in LATE_RECORDS:
+            raise ValueError(f"late_records must be one of {LATE_RECORDS}, not {late_records!r}")
+        self.window = window
+        self.late_records = late_records
+        self.key_codec = WindowKeyCodec(self.user_key_codec)
+        if isinstance(window, SlidingWindows):
+            self.value_codec = SlidingValueCodec(self.user_value_codec)
+        if emit_final is not None:
+            self.emit_final_topic = self._final_topic(emit_final)
+        return WindowWrapper(self)
+
+    def _final_topic(self, emit_final: Topic | str) -> Topic:
+        if isinstance(emit_final, str):
+            return self.app.topic(
+                emit_final, key_serializer="json", value_serializer=self.user_value_codec
+            )
+        if not isinstance(emit_final.key_codec, JsonCodec):
+            raise TopologyError(
+                f"topic {emit_final.name!r} gets the final results of table {self.name!r}, "
+                "whose keys are JSON objects {key, start, end}: declare it with "
+                "key_serializer='json' (or pass its name and let the table declare it)"
+            )
+        return emit_final
+
+    def initial(self) -> Any:
+        """A new aggregate (``default()``); raises KeyError without a default (as Faust)."""
+        if self.default is None:
+            raise KeyError(f"table {self.name!r} has no default for a new window")
+        return self.default()
+
+    def open_windowed(self, tx: PartitionTransaction, observed: int) -> WindowedTableState:
+        """The runtime opens a task's windows through this (the app layer knows windows)."""
+        assert isinstance(self.key_codec, WindowKeyCodec) and self.window is not None
+        indexed = self.window.kind != "time"  # per-key scans only for sliding and sessions
+        view = WindowedTransaction(tx, self.key_codec, indexed=indexed)
+        return WindowedTableState(self, view, observed)
 
     @property
     def changelog_topic_name(self) -> str:
@@ -93,9 +244,13 @@ class Table(MutableMapping[Any, Any]):
 
     def _transaction(self) -> PartitionTransaction:
         event = current_event.get()
-        task = event.task if event is not None else current_scope.get()
-        if task is None:
-            return self._transaction_outside_event()
+        if event is None:
+            scope = current_task.get()
+            if scope is None:
+                return self._transaction_outside_event()
+            task = scope
+        else:
+            task = event.task
         tx = task.tables.get(self.name)
         if tx is None:
             tx = task.open_table(self)

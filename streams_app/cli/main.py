@@ -9,7 +9,21 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from streams_app.cli import app_commands, broker, demo, pipeline, send, worker
+from streams_app.cli import (
+    app_commands,
+    broker,
+    demo,
+    outbox,
+    pipeline,
+    postgres,
+    reset,
+    send,
+    sink,
+    status,
+    tables,
+    txn,
+    worker,
+)
 from streams_app.errors import StreamsAppError
 
 if TYPE_CHECKING:
@@ -31,7 +45,10 @@ def build_parser(app: App | None = None, prog: str = "streams-app") -> argparse.
         "embedded broker.",
     )
     parser.add_argument(
-        "-A", "--app", help="the topology module, e.g. topologies.orders (for worker and send)"
+        "-A",
+        "--app",
+        help="the topology module, e.g. topologies.orders (worker, send, status, tables, agents, "
+        "reset; txn: only the app's transactions)",
     )
     parser.add_argument("-l", "--loglevel", default="warning", help="log level (default warning)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -42,6 +59,13 @@ def build_parser(app: App | None = None, prog: str = "streams-app") -> argparse.
         broker.add_parser(sub, parents)
         demo.add_parser(sub, parents)
         pipeline.add_parser(sub, parents)
+        txn.add_parser(sub, parents)
+        status.add_parser(sub, parents)
+        tables.add_parser(sub, parents)
+        reset.add_parser(sub, parents)
+        sink.add_parser(sub, parents)
+        outbox.add_parser(sub, parents)
+        postgres.add_parser(sub, parents)
     else:
         for command in app.commands.values():
             app_commands.add_command(sub, command, parents)
@@ -60,12 +84,19 @@ def _app_option(argv: Sequence[str]) -> str | None:
     return None
 
 
+def _builtin_commands() -> set[str]:
+    """streams-app's own subcommands (an app's ``@app.command`` ones are looked up otherwise)."""
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return set(action.choices)
+    return set()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     app = None
     spec = _app_option(args_in)
-    builtin = {"worker", "send", "broker", "demo", "pipeline"}
-    if spec and not builtin & set(args_in):
+    if spec and not _builtin_commands() & set(args_in):
         # `streams-app -A module <app command> ...`: the app's own commands.
         from streams_app.cli.loader import load_app
 

@@ -143,6 +143,9 @@ class Forwarder:
             new_key = self.key(value)
             if inspect.isawaitable(new_key):
                 new_key = await new_key
+        # The record keeps its bytes (Faust's raw repartition) and its time across the hop (as
+        # Kafka Streams' repartition topics do): windows after a group_by see the source's
+        # timestamps, not the time of the hop.
         await runtime.forward(self.target, event, key=new_key)
 
 

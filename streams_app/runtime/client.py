@@ -8,6 +8,7 @@ a reply topic of its own. Tables and channels need a worker and say so.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -162,3 +163,6 @@ class ClientRuntime:
 
     def topic(self, name: str) -> Topic:
         return self.app.topic(name)
+
+    def wall_time(self) -> float:
+        return time.time()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from streams_app.app import background
-from streams_app.app.context import TaskScope, current_scope
+from streams_app.app.context import TaskScope, current_task
 from streams_app.runtime.clock import Clock
 from streams_app.runtime.scope import current_parkable, in_processing
 
@@ -63,6 +63,8 @@ class TimerScheduler:
     ) -> None:
         self.app = app
         self.clock = clock
+        #: Wall-clock timers and crontabs (stream-time timers run in runtime.punctuator).
+        self.timers = [t for t in app.timers if t.on == background.WALL_CLOCK]
         self._is_leader = is_leader
         self._leader_scope = leader_scope
         #: Timer name -> when it is next due (the clock's monotonic seconds).
@@ -73,7 +75,7 @@ class TimerScheduler:
     def start(self) -> None:
         now = self.clock.monotonic()
         wall = self.clock.time()
-        self.due = {t.name: now + t.next_delay(wall) for t in self.app.timers}
+        self.due = {t.name: now + t.next_delay(wall) for t in self.timers}
 
     def any_due(self) -> bool:
         if not self.due:
@@ -86,7 +88,7 @@ class TimerScheduler:
         that failed."""
         now = self.clock.monotonic()
         wall = self.clock.time()
-        for timer in self.app.timers:
+        for timer in self.timers:
             due = self.due.get(timer.name)
             if due is None or now < due or timer.name in self.running:
                 continue
@@ -106,7 +108,7 @@ class TimerScheduler:
         async def invoke() -> None:
             in_processing.set(True)
             current_parkable.set(run)
-            current_scope.set(scope)
+            current_task.set(scope)
             if scope is not None:
                 scope.touched = True  # type: ignore[attr-defined]
             try:

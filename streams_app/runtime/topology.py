@@ -10,12 +10,13 @@ the message.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from streams_app.app import names
 from streams_app.errors import TopologyError
+from streams_app.runtime.stream_time import topic_stages
 from streams_app.settings import Settings
 from streams_app.transport.base import AdminClient, TopicSpec
 
@@ -42,6 +43,8 @@ class TopologyPlan:
     table_partitions: dict[str, int] = field(default_factory=dict)
     #: Faust's leader topic (one partition; its owner runs ``on_leader`` timers), if used.
     leader_topic: str | None = None
+    #: Input topic -> its stage: 0 read from outside, +1 per group_by hop (runtime.stream_time).
+    stages: dict[str, int] = field(default_factory=dict)
 
 
 def dead_letter_topic(settings: Settings, topic: str) -> str:
@@ -54,8 +57,11 @@ def _wants_leader(app: App) -> bool:
     return any(t.on_leader for t in app.timers) or any(t.on_leader for t in app.tasks)
 
 
-async def plan_topology(app: App, runner: AgentRunner, admin: AdminClient) -> TopologyPlan:
-    conf = app.conf
+async def plan_topology(
+    app: App, runner: AgentRunner, admin: AdminClient, conf: Settings | None = None
+) -> TopologyPlan:
+    """``conf``: the worker's settings (the app's, with the worker's overrides applied)."""
+    conf = conf or app.conf
     inputs = sorted(runner.source_topics())
     leader = names.leader_topic(conf.id) if _wants_leader(app) else None
     if not inputs and leader is None and not app.timers and not app.tasks:
@@ -176,7 +182,18 @@ async def plan_topology(app: App, runner: AgentRunner, admin: AdminClient) -> To
         dead_letter_topics=dead_letters,
         table_partitions=table_partitions,
         leader_topic=leader,
+        stages=_stages(inputs, runner.repartition_sources, leader),
     )
+
+
+def _stages(
+    inputs: list[str], repartition_sources: Mapping[str, str], leader: str | None
+) -> dict[str, int]:
+    """The leader topic is a stage of its own: it carries no records to order with the data."""
+    stages = topic_stages(inputs, repartition_sources)
+    if leader is not None:
+        stages[leader] = -1
+    return stages
 
 
 def _unique(specs: Iterable[TopicSpec]) -> list[TopicSpec]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -30,9 +29,10 @@ from streams_app.app.context import (
 )
 from streams_app.app.faust_settings import AppSettings
 from streams_app.codecs import DecodeError
-from streams_app.errors import WorkerStopped
+from streams_app.errors import InvalidTimestamp, WorkerStopped
 from streams_app.runtime import guarantees, rpc
 from streams_app.runtime.actor import AgentRunner
+from streams_app.runtime.broker_limits import check_broker_limits, check_topic_limits
 from streams_app.runtime.clock import Clock, SystemClock
 from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN, Committer
 from streams_app.runtime.errors_policy import (
@@ -42,10 +42,13 @@ from streams_app.runtime.errors_policy import (
     dead_letter_headers,
 )
 from streams_app.runtime.global_tables import GlobalTables
+from streams_app.runtime.partition_group import PartitionGroup
 from streams_app.runtime.plain_producer import PlainProducer
 from streams_app.runtime.producer import StreamsProducer
+from streams_app.runtime.punctuator import CallbackFailed, Punctuator
 from streams_app.runtime.scope import current_parkable, in_processing
 from streams_app.runtime.services import Services
+from streams_app.runtime.stream_time import decode_metadata
 from streams_app.runtime.task import RUNNING, Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.timers import TimerScheduler
@@ -80,6 +83,10 @@ H_SRC_PARTITION = "src_partition"
 H_SRC_OFFSET = "src_offset"
 H_TXN_ID = "txn_id"
 H_GENERATION = "generation"
+
+
+def _kafka_timestamp(record: RecordLike) -> int:
+    return record.timestamp
 
 
 class AgentFailed(Exception):
@@ -117,7 +124,7 @@ class Worker:
         **overrides: Any,
     ) -> None:
         self.app = app
-        conf = dataclasses.replace(app.conf, **overrides) if overrides else app.conf
+        conf = app.conf.replace(**overrides) if overrides else app.conf
         conf.validate()
         self.conf: AppSettings = conf
         self.transport: Transport = transport or app.transport()
@@ -130,6 +137,7 @@ class Worker:
         self.timers = TimerScheduler(
             app, self.clock, is_leader=self.is_leader, leader_scope=self._leader_task
         )
+        self.punctuator = Punctuator(app, self.send, self._dead_letter)
         self.services = Services(app)
         self.started = asyncio.Event()
         self.stopped = asyncio.Event()
@@ -261,19 +269,30 @@ class Worker:
         self._admin = admin
         if conf.exactly_once:
             await admin.check_exactly_once_support()
+        limits = await admin.broker_limits()
+        if limits is None:
+            log.info("not allowed to describe broker configs: broker-side limits not checked")
+        else:
+            check_broker_limits(conf, limits)
         await self.app.on_worker_init.send()
 
         # Agents run up to their first `async for`, declaring group_by topics on the way.
         self.runner.start()
         await self.runner.wait_started(timeout=30.0)
-        self.plan = await plan_topology(self.app, self.runner, admin)
+        self.plan = await plan_topology(self.app, self.runner, admin, conf)
+        written = [
+            name
+            for name in self.plan.partition_counts
+            if name not in self.plan.input_topics or name.endswith("-repartition")
+        ]
+        check_topic_limits(conf, await admin.topic_max_message_bytes(written))
         if any(a.isolated_partitions for a in self.app.agents):
             # One actor per partition: now that the partition counts are known.
             self.runner.partition_counts = dict(self.plan.partition_counts)
             await self.runner.restart()
         for table in self.app.tables.values():
             self.stores[table.name] = open_store(conf.store, self.directory, table.name)
-        self._tasks = TaskManager(self.plan, self.stores)
+        self._tasks = TaskManager(self.plan, self.stores, group_factory=self._partition_group)
 
         self._producer = StreamsProducer(
             self.transport,
@@ -378,9 +397,11 @@ class Worker:
             if self.tasks.restoring():
                 await self._restore()
                 continue
+            waiting = self._buffered_wait()
             try:
                 batch = await self.consumer.getmany(
-                    timeout_ms=poll_ms, max_records=conf.max_poll_records
+                    timeout_ms=poll_ms if waiting is None else min(poll_ms, waiting),
+                    max_records=conf.max_poll_records,
                 )
             except GroupProtocolMismatchError as exc:
                 await self._wait_for_foreign_members(exc)
@@ -398,7 +419,7 @@ class Worker:
     ) -> None:
         committer = self.committer
         try:
-            if batch:
+            if batch or self._has_buffered():
                 if self.conf.processing_guarantee == AT_MOST_ONCE:
                     await committer.commit_offsets_before_processing(self._batch_offsets(batch))
                 await self._process(batch)
@@ -516,16 +537,95 @@ class Worker:
             task = by_tp.get(tp)
             if task is None or not records:
                 continue  # revoked: the new owner processes them
+            key = TopicPartition(tp[0], tp[1])
             if task.state != RUNNING:
                 # Not restored yet (its partitions should be paused): fetch these again later.
-                key = TopicPartition(tp[0], tp[1])
                 self.consumer.seek(key, task.offsets.get(key, records[0].offset))
                 continue
-            processed += await self._dispatch(task, TopicPartition(tp[0], tp[1]), records)
+            group = task.group_for(key)
+            if group is not None:  # co-partitioned inputs: smallest timestamp first
+                group.add(key, records, self._ordering_timestamp(task, key))
+                continue
+            processed += await self._dispatch(task, key, records)
+        if self._has_buffered():
+            processed += await self._process_buffered()
         await self._settle()
+        if not self.punctuator.idle:
+            try:
+                await self.punctuator.after_batch(self.tasks.running())
+            except CallbackFailed as exc:
+                raise AgentFailed(Failure.of(exc.what, exc.error, None)) from exc
         self.records_processed += processed
         self.committer.records_since_commit += processed
         await self._sync_positions(batch)
+
+    # -- co-partitioned inputs in timestamp order (runtime.partition_group) ----------------
+
+    def _partition_group(self, partitions: list[TopicPartition]) -> PartitionGroup:
+        return PartitionGroup(
+            partitions,
+            max_idle=self.conf.max_task_idle,
+            lag=self.consumer.fetched_lag,
+            limit=max(2 * self.conf.max_poll_records, 1000),
+        )
+
+    def _ordering_timestamp(self, task: Task, tp: TopicPartition) -> Any:
+        topic = self.app.topics[tp.topic]
+        if topic.timestamp_fn is None:
+            return _kafka_timestamp
+        load_value = topic.value_codec.loads
+
+        def extracted(record: RecordLike) -> int:
+            try:
+                value = None if record.value is None else load_value(record.value)
+                return topic.timestamp_of(record.timestamp, value, -1)
+            except Exception:  # dead-lettered when dispatched; order it by Kafka's time
+                return record.timestamp
+
+        return extracted
+
+    def _has_buffered(self) -> bool:
+        if self._tasks is None:
+            return False
+        return any(group.buffered for task in self.tasks.running() for group in task.groups())
+
+    def _buffered_wait(self) -> int | None:
+        """How long the next poll may wait (ms) while buffered records wait on a task's idle
+        deadline; None when nothing is buffered."""
+        if not self._has_buffered():
+            return None
+        now = self.clock.monotonic()
+        deadlines = [
+            d
+            for task in self.tasks.running()
+            for group in task.groups()
+            if (d := group.next_deadline()) is not None
+        ]
+        if not deadlines:
+            return 5
+        return max(1, min(100, int((min(deadlines) - now) * 1000) + 1))
+
+    async def _process_buffered(self) -> int:
+        """Process each ready group's records, smallest timestamp first. Between runs from
+        different partitions, wait until the agents are idle: the records of two topics go to
+        different agents, which must see them in that order too."""
+        processed = 0
+        now = self.clock.monotonic()
+        for task in self.tasks.running():
+            for group in task.groups():
+                last: TopicPartition | None = None
+                while group.ready(now):
+                    tp, run = group.next_run()
+                    if last is not None and tp != last:
+                        await self._settle()
+                    last = tp
+                    processed += await self._dispatch(task, tp, run)
+                pause, resume = group.to_pause(), group.to_resume()
+                if pause:
+                    self.consumer.pause(pause)
+                if resume:
+                    self.consumer.resume(resume)
+        return processed
 
     async def _sync_positions(self, partitions: Iterable[TopicPartition]) -> None:
         """Step the next-offset-to-commit over transaction markers (KAFKA-6607).
@@ -541,6 +641,8 @@ class Worker:
             if task is None or task.state != RUNNING:
                 continue
             key = TopicPartition(tp[0], tp[1])
+            if task.buffered(key):
+                continue  # fetched, not processed: the position is past them
             position = await self.consumer.position(key)
             if position > task.offsets.get(key, position):
                 task.offsets[key] = position
@@ -562,6 +664,10 @@ class Worker:
         # that must wait for those agents stays short. Every agent of the partition stops at
         # the same record, so none runs ahead of the offset that will be committed.
         limit = 0 if self._draining else (BUSY_INBOX if any(s.parked for s in streams) else None)
+        # Stream time (runtime.stream_time): the record's time, and the partition's largest.
+        timestamp_fn = topic.timestamp_fn
+        times = task.partition_times
+        partition_time = times.get(tp, -1)
         for record in records:
             offset = record.offset
             if offset < expected:
@@ -599,11 +705,21 @@ class Worker:
                 await self._dead_letter(record, error, None)
                 offsets[tp] = offset + 1
                 continue
+            timestamp = record.timestamp
+            if timestamp_fn is not None or timestamp < 0:
+                try:
+                    timestamp = topic.timestamp_of(timestamp, value, partition_time)
+                except InvalidTimestamp as exc:
+                    await self._dead_letter(record, exc, None)
+                    offsets[tp] = offset + 1
+                    continue
+            if timestamp > partition_time:
+                partition_time = times[tp] = timestamp
             event = Event(
                 tp.topic,
                 tp.partition,
                 offset,
-                record.timestamp,
+                timestamp,
                 key,
                 value,
                 headers,
@@ -782,7 +898,7 @@ class Worker:
             out = [(k, v if isinstance(v, bytes) else str(v).encode()) for k, v in headers.items()]
         else:
             out = list(headers)
-        timestamp_ms = None if timestamp is None else int(timestamp * 1000)
+        timestamp_ms = None if timestamp is None else round(timestamp * 1000)
         if not transactional:
             # Tasks, services, pages, signal receivers: outside any transaction.
             return await self.plain.send(
@@ -854,7 +970,7 @@ class Worker:
             event.raw_value,
             event.headers or None,
             partition,
-            None,
+            event.timestamp / 1000 if event.timestamp >= 0 else None,
             in_processing.get(),
         )
 
@@ -957,6 +1073,14 @@ class Worker:
         )
         for actor in self.runner.channel_targets(channel.name):
             actor.input.feed(event)
+
+    def wall_time(self) -> float:
+        return self.clock.time()
+
+    @property
+    def late_records(self) -> int:
+        """Records a windowed table refused because their windows had closed."""
+        return self.punctuator.late_records
 
     def table_items(self, table: Table) -> Iterator[tuple[Any, Any]]:
         store = self.stores.get(table.name)
@@ -1085,8 +1209,8 @@ class _RebalanceListener:
         worker = self.worker
         consumer = worker.consumer
         consumer.pause(tps)  # until the tables are restored
-        committed = await consumer.committed_offsets(tps)
-        missing = [tp for tp, offset in committed.items() if offset is None]
+        found = await consumer.committed_offsets_with_metadata(tps)
+        missing = [tp for tp, committed in found.items() if committed is None]
         starts: dict[TopicPartition, int] = {}
         if missing:
             if worker.conf.consumer_auto_offset_reset == "latest":
@@ -1095,9 +1219,14 @@ class _RebalanceListener:
                 starts = await worker.admin.beginning_offsets(missing)
         for tp in tps:
             task = worker.tasks.by_tp[tp]
-            offset = committed.get(tp)
-            if offset is None:
+            committed = found.get(tp)
+            if committed is None:
                 offset = starts.get(tp, 0)
+                metadata = decode_metadata(None)
+            else:
+                offset = committed.offset
+                metadata = decode_metadata(committed.metadata)
             task.committed[tp] = offset
             task.offsets[tp] = offset
+            task.restore_times({tp: metadata})  # stream time resumes where it committed
             consumer.seek(tp, offset)
