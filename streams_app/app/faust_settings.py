@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import difflib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -303,11 +304,13 @@ def translate(settings: Mapping[str, Any], *, where: str = "App()") -> dict[str,
             _warn_once(name, NO_EFFECT[name])
             faust[name] = value
         else:
+            close = difflib.get_close_matches(name, sorted(fields | set(MAPPED)), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(
                 name,
                 f"is neither a streams_app nor a Faust setting ({where})",
-                "check the spelling; docs/settings.md lists ours, docs/migrating-from-faust.md "
-                "Faust's",
+                f"{hint}check the spelling; docs/settings.md lists ours, "
+                "docs/migrating-from-faust.md Faust's",
             )
     if faust:
         ours["faust"] = faust
