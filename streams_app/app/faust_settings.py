@@ -30,7 +30,7 @@ from streams_app.settings import EXACTLY_ONCE_V2, Settings
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(repr=False)  # Settings' repr, which masks secrets
 class AppSettings(Settings):
     """Our settings plus the Faust settings streams_app honours with Faust's meaning."""
 
@@ -124,7 +124,9 @@ def _guarantee(value: Any) -> str:
 
 def _broker(value: Any) -> str:
     """Faust's broker forms: a URL, ``;``/``,``-separated URLs, a list, ``aiokafka://``,
-    a URL without a port (9092)."""
+    a URL without a port (9092). An empty setting stays empty (our validation names it)."""
+    if isinstance(value, str) and not value.strip():
+        return value
     items = value if isinstance(value, (list, tuple)) else str(value).replace(";", ",").split(",")
     servers = []
     for item in items:
@@ -277,6 +279,24 @@ def _warn_once(name: str, reason: str) -> None:
     log.warning("%s", message)
 
 
+def _ours_already(name: str, value: Any) -> bool:
+    """A setting named as ours in a form that is not Faust's alone: validated as it is (so a
+    wrong value is refused with the value shown, not converted into something else)."""
+    if name == "broker":
+        if not isinstance(value, str):
+            return not isinstance(value, (list, tuple))
+        text = value.strip()
+        if text.startswith(("aiokafka://", "confluent://")) or ";" in text:
+            return False
+        hosts = [h.removeprefix("kafka://").rstrip("/") for h in text.split(",")]
+        return all(":" in h.rsplit("]", 1)[-1] for h in hosts)
+    if name == "processing_guarantee":
+        return str(getattr(value, "value", value)) != "exactly_once"
+    if name == "store":
+        return not isinstance(value, str) or not value.startswith(("rocksdict:", "rocksdb:"))
+    return True
+
+
 def translate(settings: Mapping[str, Any], *, where: str = "App()") -> dict[str, Any]:
     """Our settings from ``settings`` (ours and Faust's), warning about those without effect.
 
@@ -286,7 +306,7 @@ def translate(settings: Mapping[str, Any], *, where: str = "App()") -> dict[str,
     fields = _field_names(AppSettings) - {"faust"}
     faust: dict[str, Any] = {}
     for name, value in settings.items():
-        if name in MAPPED:
+        if name in MAPPED and not (name in fields and _ours_already(name, value)):
             target, convert = MAPPED[name]
             if value is None:
                 continue  # Faust's "use the default"
