@@ -149,7 +149,7 @@ class Settings:
         """Defaults < keyword arguments < environment. Unknown names are rejected."""
         environ = os.environ if environ is None else environ
         kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
-        _reject_unknown(overrides)
+        _reject_unknown(cls, overrides)
         values: dict[str, Any] = dict(overrides)
         for name in cls.names():
             raw = environ.get(ENV_PREFIX + name.upper())
@@ -163,7 +163,7 @@ class Settings:
 
     def replace(self, **overrides: Any) -> Self:
         """A copy with ``overrides`` applied and validated (a worker's ``--state-dir``, tests)."""
-        _reject_unknown(overrides)
+        _reject_unknown(type(self), overrides)
         settings = dataclasses.replace(self, **overrides)
         settings.validate()
         return settings
@@ -531,8 +531,8 @@ def _shown(name: str, value: Any) -> str:
     return MASK if name in SECRET_SETTINGS else repr(value)
 
 
-def _reject_unknown(overrides: Mapping[str, Any]) -> None:
-    known = Settings.names()
+def _reject_unknown(cls: type[Settings], overrides: Mapping[str, Any]) -> None:
+    known = cls.names()
     for name in sorted(set(overrides) - set(known)):
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
