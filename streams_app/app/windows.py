@@ -27,6 +27,7 @@ grace`` for sessions).
 
 from __future__ import annotations
 
+import logging
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -34,6 +35,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
 
 from streams_app.state.windowed import SlidingValue, WindowKey
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from streams_app.state.windowed import WindowedTransaction
@@ -165,10 +168,17 @@ def _retention(given: Duration | None, minimum: int, explain: str) -> int:
         return minimum
     retention = duration_ms(given, "expires")
     if retention < minimum:
-        raise ValueError(
-            f"expires={retention / 1000:g}s is shorter than {explain} "
-            f"({minimum / 1000:g}s): windows would be deleted before they close"
+        # Faust apps write e.g. tumbling(10, expires=1) (Faust's expires counts from the window's
+        # end, by the wall clock): keep their meaning, a window kept until it closes, and say so.
+        log.warning(
+            "expires=%gs is shorter than %s (%gs): windows are kept until they close, "
+            "%gs after their start",
+            retention / 1000,
+            explain,
+            minimum / 1000,
+            minimum / 1000,
         )
+        return minimum
     return retention
 
 

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tests.faust_conformance import window_drivers
 from tests.faust_conformance.context import Context, shape
 
 Run = Callable[[Context], Awaitable[dict[str, Any]]]
@@ -356,8 +357,6 @@ async def word_count(ctx: Context) -> dict[str, Any]:
     }
 
 
-WINDOWS = "windowed tables (Table.tumbling/hopping, relative_to_*, on_window_close): issue 12"
-
 EXAMPLES: list[Example] = [
     Example("hello_world", "hello_world.py", hello_world, topics=(("greetings", 8),), quick=True),
     Example("leader", "leader.py", leader, module_style=True),
@@ -402,11 +401,33 @@ EXAMPLES: list[Example] = [
         topics=(("posts", 8), ("word-counts-word_count.count_words", 8)),
         quick=True,
     ),
-    Example("windowed_aggregation", "windowed_aggregation.py", pending=WINDOWS),
-    Example("windowing_hopping", "windowing/hopping.py", pending=WINDOWS),
-    Example("windowing_hopping_2", "windowing/hopping_2.py", pending=WINDOWS),
-    Example("windowing_tumbling", "windowing/tumbling.py", pending=WINDOWS),
-    Example("withdrawals", "withdrawals.py", pending=WINDOWS),
+    Example(
+        "windowed_aggregation",
+        "windowed_aggregation.py",
+        window_drivers.windowed_aggregation,
+        topics=(("raw-event", 1), ("agg-event", 1)),
+    ),
+    Example(
+        "windowing_hopping",
+        "windowing/hopping.py",
+        window_drivers.hopping,
+        topics=(("hopping_topic", 8),),
+    ),
+    Example(
+        "windowing_hopping_2",
+        "windowing/hopping_2.py",
+        window_drivers.hopping_2,
+        topics=(("raw-event", 1),),
+    ),
+    Example(
+        "windowing_tumbling",
+        "windowing/tumbling.py",
+        window_drivers.tumbling,
+        topics=(("tumbling_topic", 8),),
+    ),
+    Example(
+        "withdrawals", "withdrawals.py", window_drivers.withdrawals, topics=(("withdrawals", 4),)
+    ),
     Example("concurrency", "concurrency.py", excluded="network (fetches www.google.com)"),
     Example("livecheck", "livecheck.py", excluded="Redis (cache) and the web server"),
     Example(

@@ -1,0 +1,158 @@
+"""Drivers of faust-streaming's windowed examples (windowing/, windowed_aggregation.py,
+withdrawals.py): Faust's spelling (``Table(...).tumbling/hopping``, ``relative_to_*``,
+``now/current/value/delta``, ``on_window_close``) against streams_app's windowed tables.
+
+The examples are driven by wall-clock timers and random values, so the drivers observe what the
+examples say they show (counts that grow within a window and restart in the next, windows that
+close on the grid of their size or step, sums per key) rather than exact numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from typing import Any
+
+from streams_app.codecs import JsonCodec
+from streams_app.state.windowed import WindowKeyCodec
+from tests.faust_conformance.context import Context
+
+_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)\s*$")
+
+
+def _numbers(lines: list[str]) -> list[float]:
+    return [float(m.group(1)) for line in lines if (m := _NUMBER.search(line))]
+
+
+def _counts_restart(values: list[float], most: int) -> bool:
+    """Each value is the previous one plus one, or 1 (a new window); never above ``most``."""
+    return all(v == 1 or (i > 0 and v == values[i - 1] + 1) for i, v in enumerate(values)) and all(
+        1 <= v <= most for v in values
+    )
+
+
+async def _counting_example(ctx: Context, current: str, most: int) -> dict[str, Any]:
+    ctx.start()
+
+    def restarted() -> bool:
+        values = _numbers(ctx.printed(current))
+        return 1 in values[1:] and len(values) >= 8
+
+    await ctx.wait(restarted, "counted into a second window (the count restarted at 1)", 180)
+    currents = _numbers(ctx.printed(current))
+    nows = _numbers(ctx.printed("now() should "))
+    values = _numbers(ctx.printed("value() should "))
+    deltas = _numbers(ctx.printed("delta(30) should "))
+    ctx.stop()
+    return {
+        "current_counts_up_then_restarts": _counts_restart(currents, most),
+        "now_and_value_counted": all(1 <= v <= most for v in nows + values),
+        "delta_30_before_any_window_is_0": deltas[:3] == [0, 0, 0],
+    }
+
+
+async def tumbling(ctx: Context) -> dict[str, Any]:
+    # tumbling(10) fed every 2 s: "now()/current()/value() should go from 1 to 5" (6 when the
+    # timer's ticks straddle a boundary).
+    return await _counting_example(ctx, "current() should go from 1 to 5: ", 6)
+
+
+async def hopping(ctx: Context) -> dict[str, Any]:
+    # hopping(10, 5) fed every 2 s: "current() should have values between 1-3" (the newest
+    # window containing the event: at most 5 s of events).
+    return await _counting_example(ctx, "current() should have values between 1-3: ", 3)
+
+
+_CLOSED = re.compile(r"processing window:(\d+) events,.*timestamp (\d+(?:\.\d+)?)")
+
+
+def _closed(ctx: Context) -> list[tuple[int, float]]:
+    return [
+        (int(m.group(1)), float(m.group(2)))
+        for line in ctx.printed("processing window:")
+        if (m := _CLOSED.search(line))
+    ]
+
+
+async def windowed_aggregation(ctx: Context) -> dict[str, Any]:
+    ctx.start()
+    await ctx.wait(lambda: len(_closed(ctx)) >= 2, "closed two 10 s windows", 180)
+
+    async def sunk() -> bool:
+        return len(await ctx.read("agg-event")) >= 2
+
+    await ctx.wait(sunk, "sent the closed windows' aggregates to agg-event (send_soon)")
+    closed = _closed(ctx)
+    sent = [json.loads(r.value) for r in await ctx.read("agg-event") if r.value]
+    ctx.stop()
+    return {
+        "closed_windows_hold_events": all(count > 0 for count, _ in closed),
+        "window_starts_on_the_10s_grid": all(start % 10 == 0 for _, start in closed),
+        "aggregate_fields": sorted({k for record in sent for k in record}),
+        "aggregates_counted": all(record["count"] > 0 for record in sent),
+    }
+
+
+async def hopping_2(ctx: Context) -> dict[str, Any]:
+    ctx.start()
+    await ctx.wait(lambda: len(_closed(ctx)) >= 3, "closed three hopping(6, 3) windows", 180)
+    closed = _closed(ctx)
+    received = bool(ctx.printed("Receive message : "))
+    ctx.stop()
+    starts = [start for _, start in closed]
+    return {
+        "closed_windows_hold_events": all(count > 0 for count, _ in closed),
+        "window_starts_on_the_3s_grid": all(start % 3 == 0 for start in starts),
+        "windows_close_in_start_order": starts == sorted(starts),
+        "received": received,
+    }
+
+
+def _window_key(raw: Any) -> Any:
+    """The user key of a windowed changelog key: Faust's JSON ``[key, [start, end]]``, or
+    streams_app's binary window key."""
+    if isinstance(raw, list):
+        return raw[0]
+    return WindowKeyCodec(JsonCodec()).loads(raw).key
+
+
+WITHDRAWALS = 300
+
+
+def _withdrawal_records() -> tuple[list[tuple[bytes, bytes]], dict[str, float]]:
+    records, totals = [], defaultdict(float)
+    for i in range(WITHDRAWALS):
+        user = f"user_{(i * 7) % 17}"
+        amount = float(i % 100) + 0.5
+        value = {
+            "user": user,
+            "country": f"country_{i % 5}",
+            "amount": amount,
+            "date": f"2024-01-02T03:04:{i % 60:02d}+00:00",
+        }
+        records.append((user.encode(), json.dumps(value).encode()))
+        totals[user] += amount
+    return records, dict(totals)
+
+
+async def withdrawals(ctx: Context) -> dict[str, Any]:
+    records, expected = _withdrawal_records()
+    await ctx.produce("withdrawals", records)
+    ctx.start()
+    changelog = "faust-withdrawals-v5-user_to_total-changelog"
+
+    async def totals() -> dict[str, float]:
+        per_user: dict[str, float] = defaultdict(float)
+        for (_, key), value in (await ctx.table(changelog)).items():
+            per_user[_window_key(key)] += value
+        return {user: round(total, 2) for user, total in per_user.items()}
+
+    async def summed() -> bool:
+        return await totals() == expected and await ctx.committed_all(
+            "faust-withdrawals-v5", ["withdrawals"]
+        )
+
+    await ctx.wait(summed, "summed every withdrawal per user (tumbling(3600), stream time)", 180)
+    ctx.stop()
+    return {"per_user_totals": dict(sorted((await totals()).items()))}
