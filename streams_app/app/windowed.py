@@ -185,6 +185,8 @@ class WindowSet:
         else:
             task = event.task
         table = self.wrapper.table
+        if not table._warned_key:  # a key other than the record's: one value per partition
+            table._check_key(self.key)
         state = task.windowed(table)
         relative = self.wrapper._relative_to
         timestamp = (
