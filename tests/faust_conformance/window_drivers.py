@@ -118,12 +118,13 @@ async def hopping_2(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _window_key(raw: Any) -> Any:
+def _window_key(raw: bytes) -> Any:
     """The user key of a windowed changelog key: Faust's JSON ``[key, [start, end]]``, or
-    streams_app's binary window key."""
-    if isinstance(raw, list):
-        return raw[0]
-    return WindowKeyCodec(JsonCodec()).loads(raw).key
+    streams_app's binary window key (which differs: docs/migrating-from-faust.md)."""
+    try:
+        return json.loads(raw)[0]
+    except ValueError:
+        return WindowKeyCodec(JsonCodec()).loads(raw).key
 
 
 WITHDRAWALS = 300
@@ -152,9 +153,15 @@ async def withdrawals(ctx: Context) -> dict[str, Any]:
     changelog = "faust-withdrawals-v5-user_to_total-changelog"
 
     async def totals() -> dict[str, float]:
+        windows: dict[tuple[int, bytes], float | None] = {}
+        for record in await ctx.read(changelog):
+            assert record.key is not None
+            value = None if record.value is None else json.loads(record.value)
+            windows[(record.partition, record.key)] = value
         per_user: dict[str, float] = defaultdict(float)
-        for (_, key), value in (await ctx.table(changelog)).items():
-            per_user[_window_key(key)] += value
+        for (_, key), total in windows.items():
+            if total is not None:
+                per_user[_window_key(key)] += total
         return {user: round(total, 2) for user, total in per_user.items()}
 
     async def summed() -> bool:
