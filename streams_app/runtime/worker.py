@@ -565,9 +565,17 @@ class Worker:
         return PartitionGroup(
             partitions,
             max_idle=self.conf.max_task_idle,
-            lag=self.consumer.fetched_lag,
+            lag=self._group_lag,
             limit=max(2 * self.conf.max_poll_records, 1000),
         )
+
+    def _group_lag(self, tp: TopicPartition) -> int | None:
+        """A partition held back for busy agents (parked on an RPC reply) delivers nothing
+        until they are free: the group must not wait for it, or the reply the agents wait for,
+        on a co-partitioned topic, is never processed."""
+        if tp in self._held:
+            return 0
+        return self.consumer.fetched_lag(tp)
 
     def _ordering_timestamp(self, task: Task, tp: TopicPartition) -> Any:
         topic = self.app.topics[tp.topic]

@@ -86,6 +86,8 @@ async def test_rpc_and_leader_timer_survive_leader_kills(
             leader.kill()
             kills += 1
             leader.start()
+            # Started (its SIGTERM handler installed) before anything else happens to it.
+            await asyncio.to_thread(leader.wait_started)
         await wait_until(
             lambda: observer.committed_equals_end(f"rl-{unique}", f"rl-in-{unique}"),
             timeout=240,
