@@ -233,7 +233,7 @@ class AgentRunner:
                 topic_name,
                 key_serializer=source.key_codec,
                 value_serializer=source.value_codec,
-                partitions=partitions or self.app.conf.topic_partitions,
+                partitions=partitions,  # None: the worker's topic_partitions (topology)
                 internal=True,
             )
         if (source.name, target.name) not in self._forwarder_keys:

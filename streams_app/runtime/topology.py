@@ -108,11 +108,11 @@ async def plan_topology(
                 f"declares {topic.partitions}: change partitions= to {existing[name]} or "
                 "recreate the topic"
             )
-    # 2. Repartition topics: as many partitions as declared (Faust: topic_partitions), else
-    # as their source.
-    for name, source in runner.repartition_sources.items():
+    # 2. Repartition topics: as many partitions as declared, else the worker's
+    # topic_partitions (as Faust); an existing one keeps its count.
+    for name in runner.repartition_sources:
         topic = declared[name]
-        want(name, topic.partitions or counts[source], topic.config, topic.replicas)
+        want(name, topic.partitions or conf.topic_partitions, topic.config, topic.replicas)
     if leader is not None:
         want(leader, 1)
 
