@@ -113,7 +113,9 @@ class Agent:
             key=key, value=value, partition=partition, timestamp=timestamp, headers=headers
         )
 
-    cast = send
+    async def cast(self, value: Any = None, *, key: Any = None, **options: Any) -> None:
+        """Send without waiting for a reply (Faust's ``cast``: the value may be positional)."""
+        await self.send(key=key, value=value, **options)
 
     # -- RPC ----------------------------------------------------------------------------------
 

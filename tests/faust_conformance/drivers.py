@@ -284,12 +284,19 @@ async def tableofset(ctx: Context) -> dict[str, Any]:
         "drew the table with both rooms (timer, every 10 s)",
         timeout=60,
     )
-    drawn = sorted(set(ctx.printed("| room")))
+    # The rows of the last drawing with both rooms (column widths depend on the rows drawn).
+    dumps: list[list[str]] = []
+    for line in ctx.printed():
+        if line.startswith("TABLE NOW:"):
+            dumps.append([])
+        elif dumps and line.startswith("| room"):
+            dumps[-1].append(line)
+    drawn = [rows for rows in dumps if any("carol" in row for row in rows)][-1]
     ctx.stop()
     return {
         "events": sorted(ctx.printed("- ")),
         "sets": sorted(ctx.printed("TABLE CUR:")),
-        "table_rows": drawn[-2:],
+        "table_rows": sorted(drawn),
     }
 
 
