@@ -119,7 +119,6 @@ GUIDE_APPS: list[Example] = [
         "guide_streams.py",
         guide_streams,
         guide=True,
-        quick=True,
         topics=tuple(
             (t, 4)
             for t in (
