@@ -10,6 +10,7 @@ random numbers, the observation keeps their format; where they count, it keeps t
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections import Counter
@@ -295,7 +296,11 @@ async def tableofset(ctx: Context) -> dict[str, Any]:
     ctx.stop()
     return {
         "events": sorted(ctx.printed("- ")),
-        "sets": sorted(ctx.printed("TABLE CUR:")),
+        # A set's repr orders its elements by string hash, random per process.
+        "sets": sorted(
+            sorted(ast.literal_eval(line.removeprefix("TABLE CUR: ")))
+            for line in ctx.printed("TABLE CUR:")
+        ),
         "table_rows": sorted(drawn),
     }
 
