@@ -134,5 +134,15 @@ class PartitionGroup:
         paused, self.paused = sorted(self.paused), set()
         return paused
 
+    def drop(self, tp: TopicPartition) -> None:
+        """Forget ``tp``'s buffered records: the consumer seeks back to the first record not
+        processed (a partition held back for busy agents) and fetches them again. Its pause,
+        if this group made one, is now the worker's."""
+        queue = self.queues[tp]
+        self.buffered -= len(queue)
+        queue.clear()
+        self.paused.discard(tp)
+        self._deadlines.pop(tp, None)
+
     def has_buffered(self, tp: TopicPartition) -> bool:
         return bool(self.queues[tp])

@@ -684,6 +684,9 @@ class Worker:
                 self.consumer.seek(tp, offset)
                 self.consumer.pause([tp])
                 self._held.add(tp)
+                group = task.group_for(tp)
+                if group is not None:
+                    group.drop(tp)  # its later records come again from the seek, in order
                 break
             if poisoned:
                 failure = self.policy.take_poisoned(tp.topic, tp.partition, offset)

@@ -101,6 +101,27 @@ def test_partition_group_takes_the_smallest_timestamp_and_waits_for_lagging_inpu
     assert group.clear() == [] and group.buffered == 0 and group.queues[a] == deque()
 
 
+def test_partition_group_drops_a_held_partition() -> None:
+    """A partition held back for busy agents: its buffered records are dropped (the consumer
+    seeks back and fetches them again, in order), and the group does not wait for it."""
+    a, b = TopicPartition("a", 0), TopicPartition("b", 0)
+    held: set[TopicPartition] = set()
+    group = PartitionGroup([a, b], max_idle=0.0, lag=lambda tp: 0 if tp in held else 5, limit=2)
+    group.add(a, _records("a", [10, 30, 50]), lambda r: r.timestamp)
+    group.add(b, _records("b", [20]), lambda r: r.timestamp)
+    assert group.to_pause() == [a]
+    tp, run = group.next_run()
+    assert (tp, [r.timestamp for r in run]) == (a, [10])
+    tp, run = group.next_run()
+    assert (tp, [r.timestamp for r in run]) == (b, [20])
+    assert not group.ready(0.0)  # b is empty and has records on the broker
+    held.add(b)
+    group.drop(a)
+    assert group.buffered == 0 and not group.paused and not group.ready(0.0)
+    group.add(a, _records("a", [30, 50]), lambda r: r.timestamp)
+    assert group.ready(0.0)  # b is held: not waited for
+
+
 def test_max_task_idle_is_validated() -> None:
     from streams_app.errors import ConfigError
     from streams_app.settings import Settings
