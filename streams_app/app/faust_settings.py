@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from streams_app.codecs import named_codec
 from streams_app.errors import ConfigError
 from streams_app.settings import EXACTLY_ONCE_V2, Settings
 
@@ -64,6 +65,40 @@ class AppSettings(Settings):
     web_host: str | None = None
     #: Faust settings accepted without effect, as given (for ``app.conf.<name>`` reads).
     faust: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def validate(self) -> None:
+        """Ours, then the Faust settings honoured here: a wrong one stops the worker at start
+        like any other setting."""
+        super().validate()
+        for name in ("key_serializer", "value_serializer"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                try:
+                    named_codec(value)
+                except ValueError:
+                    raise ConfigError(
+                        name, f"{value!r} is not a serializer", "use 'raw', 'json' or 'str'"
+                    ) from None
+            elif not callable(getattr(value, "dumps", None)):
+                raise ConfigError(name, f"{value!r} is not a serializer", "use 'raw' or 'json'")
+        if type(self.version) is not int or self.version < 1:
+            raise ConfigError("version", f"{self.version!r} is not a version", "use 1, 2, ...")
+        if self.consumer_auto_offset_reset not in ("earliest", "latest"):
+            raise ConfigError(
+                "consumer_auto_offset_reset",
+                f"{self.consumer_auto_offset_reset!r} is not a reset policy",
+                "use 'earliest' or 'latest'",
+            )
+        expires = self.reply_expires
+        if isinstance(expires, bool) or not isinstance(expires, (int, float)) or expires <= 0:
+            raise ConfigError(
+                "reply_expires",
+                f"{expires!r} is not a positive duration",
+                "use seconds, e.g. 86400",
+            )
+        port = self.web_port
+        if type(port) is not int or not 0 <= port <= 65535:
+            raise ConfigError("web_port", f"{port!r} is not a port", "use 0-65535")
 
     def __setattr__(self, name: str, value: Any) -> None:
         fields = _field_names(type(self))

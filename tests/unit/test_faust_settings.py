@@ -4,6 +4,7 @@ error for a valid Faust setting, always one for a name that is neither ours nor 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -64,3 +65,25 @@ def test_unknown_names_are_errors_in_app_and_in_conf() -> None:
     with pytest.raises(ConfigError) as info:
         app.conf.no_such_setting = 1
     assert info.value.setting == "no_such_setting"
+
+
+#: Faust settings honoured here, with values that must stop the worker at start.
+FAUST_WRONG_VALUES: dict[str, list[Any]] = {
+    "key_serializer": ["pickle", 3],
+    "value_serializer": ["yaml"],
+    "version": [0, -1, "2", 1.5],
+    "consumer_auto_offset_reset": ["none", "EARLIEST"],
+    "reply_expires": [0, -5, "1d", True],
+    "web_port": [-1, 70000, "6066"],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [(n, v) for n, values in FAUST_WRONG_VALUES.items() for v in values],
+)
+def test_wrong_faust_values_name_the_setting(name: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        App("a", **{name: value})
+    assert info.value.setting == name
+    assert "Fix:" in str(info.value)
