@@ -36,6 +36,7 @@ from streams_app.app.background import STREAM_TIME, Timer, call
 from streams_app.app.context import current_task
 from streams_app.app.windows import WindowRange
 from streams_app.errors import LateRecord
+from streams_app.runtime.scope import in_processing
 from streams_app.runtime.task import Task
 
 if TYPE_CHECKING:
@@ -115,6 +116,15 @@ class Punctuator:
         return not self.windowed and not self.timers
 
     async def after_batch(self, tasks: Iterable[Task]) -> None:
+        # Inside processing: what timers, window-close callbacks and final results send joins
+        # the worker's transaction (outside it, sends go through the plain producer).
+        processing = in_processing.set(True)
+        try:
+            await self._after_batch(tasks)
+        finally:
+            in_processing.reset(processing)
+
+    async def _after_batch(self, tasks: Iterable[Task]) -> None:
         for task in tasks:
             token = current_task.set(task)
             try:
