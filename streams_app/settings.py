@@ -276,7 +276,12 @@ class Settings:
         self._validate_sizes()
         self._validate_errors()
         self._validate_security()
+        self._validate_database()
         self._validate_web()
+
+    def _validate_database(self) -> None:
+        if self.postgres_dsn is not None:
+            _string(self, "postgres_dsn")
 
     def _validate_web(self) -> None:
         _count(self, "web_port", 0, "e.g. 6066, or 0 for any free port", 65535)

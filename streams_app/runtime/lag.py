@@ -26,6 +26,8 @@ class PartitionLag:
     committed: int | None
     #: The high watermark of the last fetch (None: not fetched yet).
     end: int | None
+    #: The last stable offset of the last fetch (below ``end``: a transaction is open).
+    stable: int | None = None
 
     @property
     def lag(self) -> int | None:
@@ -45,6 +47,7 @@ def partition_lags(tasks: TaskManager, consumer: ConsumerClient) -> list[Partiti
                 task.offsets.get(tp),
                 task.committed.get(tp),
                 consumer.highwater(tp),
+                consumer.last_stable_offset(tp),
             )
         )
     return out

@@ -370,6 +370,9 @@ class HarnessConsumer:
     def highwater(self, tp: TopicPartition) -> int | None:
         return self.inner.highwater(self.names.tp(tp))
 
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        return self.inner.last_stable_offset(self.names.tp(tp))
+
     def partition_hosts(self) -> Mapping[TopicPartition, str]:
         local = self.names.local_tp
         return {local(tp): address for tp, address in self.inner.partition_hosts().items()}

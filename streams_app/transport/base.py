@@ -181,6 +181,11 @@ class ConsumerClient(Protocol):
         one): what consumer lag is measured against."""
         ...
 
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        """The partition's last stable offset as of the last fetch response (None before one):
+        read_committed readers cannot pass it while a transaction is open before it."""
+        ...
+
     def partition_hosts(self) -> Mapping[TopicPartition, str]:
         """Which member's ``application_server`` owns each partition of the group, as of the
         last assignment (empty when the members publish no address)."""

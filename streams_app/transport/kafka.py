@@ -418,6 +418,15 @@ class KafkaConsumerClient:
             return None  # not assigned (any more), or no subscription yet
         return None if found is None else int(found)
 
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        if self._consumer is None:
+            return None
+        try:
+            found = self._consumer.last_stable_offset(_aio(tp))
+        except (AssertionError, AttributeError, aerrors.IllegalStateError):
+            return None
+        return None if found is None or found < 0 else int(found)
+
     def partition_hosts(self) -> Mapping[TopicPartition, str]:
         return {_ours(tp): address for tp, address in self._assignor.hosts.items()}
 

@@ -205,8 +205,11 @@ async def test_ready_flips_after_restore_and_metrics_count_the_records(
             samples = metric_samples(text)
             committed = worker.producer.transactions_committed
             for p in range(2):
-                lag = ("streams_app_consumer_lag", (("partition", str(p)), ("topic", source)))
-                assert samples[lag] == 0
+                labels = (("partition", str(p)), ("topic", source))
+                assert samples[("streams_app_consumer_lag", labels)] == 0
+                assert samples[("streams_app_committed_offset", labels)] == ends[p]
+                assert samples[("streams_app_end_offset", labels)] == ends[p]
+                assert samples[("streams_app_last_stable_offset", labels)] == ends[p]
             assert samples[("streams_app_records_in_total", (("topic", source),))] == len(keys)
             assert samples[("streams_app_records_processed_total", ())] == len(keys)
             assert samples[("streams_app_dead_letters_total", (("topic", source),))] == 1

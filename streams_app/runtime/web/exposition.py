@@ -221,6 +221,17 @@ class WorkerCollector:
             "The group's committed offset per input partition owned by this worker.",
             labels=["app", "topic", "partition"],
         )
+        end = GaugeMetricFamily(
+            PREFIX + "end_offset",
+            "High watermark of the last fetch, per input partition.",
+            labels=["app", "topic", "partition"],
+        )
+        stable = GaugeMetricFamily(
+            PREFIX + "last_stable_offset",
+            "Last stable offset of the last fetch, per input partition: below the end offset "
+            "while a transaction is open; stuck there, a hanging transaction.",
+            labels=["app", "topic", "partition"],
+        )
         if tasks is not None:
             counts = {RUNNING: 0, RESTORING: 0}
             for task in tasks.tasks.values():
@@ -234,10 +245,16 @@ class WorkerCollector:
                         lag.add_metric(labels, entry.lag)
                     if entry.committed is not None:
                         committed.add_metric(labels, entry.committed)
+                    if entry.end is not None:
+                        end.add_metric(labels, entry.end)
+                    if entry.stable is not None:
+                        stable.add_metric(labels, entry.stable)
         group = worker._committer.group if worker._committer is not None else None
         yield states
         yield lag
         yield committed
+        yield end
+        yield stable
         yield _gauge(
             "generation",
             "The consumer-group generation of the current assignment (-1: none).",

@@ -407,6 +407,11 @@ class MemoryConsumer(_Client):
             return None
         return self.broker.log(_tp(tp)).high_watermark
 
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        if _tp(tp) not in self._assignment:
+            return None
+        return self.broker.log(_tp(tp)).last_stable_offset
+
     def partition_hosts(self) -> Mapping[TopicPartition, str]:
         """Every member's ``application_server`` and its partitions of the current generation,
         as the real group's leader distributes them."""
