@@ -83,6 +83,9 @@ class Settings:
     #: Commit after this many records even before the interval is up.
     commit_every: int = 10_000
     transaction_timeout: float = 10.0
+    #: Kafka's transaction protocol: None uses version 2 (KIP-890: no AddPartitionsToTxn or
+    #: AddOffsetsToTxn, a new epoch per transaction) where the cluster has it, else 1.
+    transaction_version: int | None = None
     session_timeout: float = 10.0
     heartbeat_interval: float = 3.0
     max_poll_interval: float = 300.0
@@ -280,8 +283,24 @@ class Settings:
         self._validate_web()
 
     def _validate_database(self) -> None:
-        if self.postgres_dsn is not None:
-            _string(self, "postgres_dsn")
+        """The DSN's shape only (libpq parses it when a sink or the relay connects); never
+        echoed: it may carry a password."""
+        dsn = self.postgres_dsn
+        if dsn is None:
+            return
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise ConfigError(
+                "postgres_dsn",
+                "is not a non-empty string",
+                "set a libpq DSN ('host=... dbname=...') or URL (postgresql://host:5432/db)",
+            )
+        scheme = dsn.split("://", 1)[0] if "://" in dsn else None
+        if scheme is not None and scheme not in ("postgresql", "postgres"):
+            raise ConfigError(
+                "postgres_dsn",
+                f"has the scheme {scheme!r}",
+                "use a postgresql://host:5432/db URL or a libpq 'key=value' DSN",
+            )
 
     def _validate_web(self) -> None:
         _count(self, "web_port", 0, "e.g. 6066, or 0 for any free port", 65535)
@@ -361,6 +380,12 @@ class Settings:
                 f"{self.transaction_timeout}s is below commit_interval ({interval}s): every "
                 "transaction would time out before it commits",
                 "raise transaction_timeout or lower commit_interval",
+            )
+        if self.transaction_version not in (None, 1, 2):
+            raise ConfigError(
+                "transaction_version",
+                f"unknown version {self.transaction_version!r}",
+                "leave it unset (version 2 where the cluster has it), or use 1 or 2",
             )
         if self.heartbeat_interval >= self.session_timeout:
             raise ConfigError(

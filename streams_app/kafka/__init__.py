@@ -1,6 +1,8 @@
 """Our KIP-447 extension of aiokafka 0.14.0 (pinned exactly: everything here touches its privates).
 
-- :mod:`~streams_app.kafka.protocol`: TxnOffsetCommit v3 and OffsetFetch v7 (require_stable);
+- :mod:`~streams_app.kafka.protocol`: TxnOffsetCommit v3/v5 and OffsetFetch v7 (require_stable);
+- :mod:`~streams_app.kafka.txn_v2`: transaction version 2 (KIP-890 part 2): ApiVersions v3
+  (finalized features), Produce v12, EndTxn v5;
 - :mod:`~streams_app.kafka.errors`: error codes 82, 88, 90 registered in aiokafka's table;
 - :mod:`~streams_app.kafka.producer`: :class:`TransactionalProducer`;
 - :mod:`~streams_app.kafka.consumer`: :class:`StableConsumer`;

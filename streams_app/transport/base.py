@@ -109,6 +109,8 @@ class ProducerConfig:
     acks: int | str = "all"
     enable_idempotence: bool = True
     transaction_timeout_ms: int = 10_000
+    #: Kafka's transaction protocol version: None = 2 where the cluster has it, else 1.
+    transaction_version: int | None = None
     request_timeout_ms: int = 30_000
     linger_ms: int = 5
     max_batch_size: int = 256 * 1024

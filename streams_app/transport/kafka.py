@@ -498,6 +498,7 @@ class KafkaProducerClient:
         if config.transactional_id is not None:
             kwargs["transactional_id"] = config.transactional_id
             kwargs["transaction_timeout_ms"] = config.transaction_timeout_ms
+            kwargs["transaction_version"] = config.transaction_version
         try:
             producer = TransactionalProducer(**kwargs, **self._security)
         except (ValueError, RuntimeError) as exc:
@@ -516,6 +517,15 @@ class KafkaProducerClient:
                 f"{START_TIMEOUT_S:g} s; check transaction.state.log.replication.factor and "
                 "min.isr against the number of brokers",
             ) from exc
+        except aerrors.IncompatibleBrokerVersion as exc:
+            await producer.stop()
+            if config.transaction_version == 2:
+                raise ConfigError(
+                    "transaction_version",
+                    str(exc),
+                    "leave transaction_version unset (version 2 where the cluster has it)",
+                ) from exc
+            raise self._translate(exc) from exc
         except aerrors.KafkaError as exc:
             await producer.stop()
             raise self._translate(exc) from exc
