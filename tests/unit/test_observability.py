@@ -4,6 +4,7 @@ a port already in use stopping the worker with a ConfigError."""
 
 from __future__ import annotations
 
+import io
 import logging
 import socket
 from pathlib import Path
@@ -218,3 +219,28 @@ def test_page_paths_are_declared_in_the_app_layer() -> None:
     assert [(p.path, p.view) for p in app.pages] == [("/hello/{name}", hello)]
     with pytest.raises(ValueError, match="must start with '/'"):
         app.page("hello")
+
+
+def test_a_terminal_gets_a_live_bar_instead_of_periodic_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="streams_app.runtime.progress")
+    clock = FakeClock()
+    terminal = io.StringIO()
+    progress = RestoreProgress(WorkerMetrics(), 5.0, stream=terminal, clock=clock)
+    tp = TopicPartition("c", 0)
+    progress.begin()
+    progress(tp, 0, 1000)
+    for position in (250, 500, 750):
+        clock.now += 5  # an interval each: lines would be due
+        progress(tp, position, 1000)
+    drawn = terminal.getvalue()
+    assert "\r\x1b[Krestoring [##################------]  75% 750/1,000 records" in drawn
+    assert "ETA 5.0s" in drawn  # 250 left at 50 records/s
+    clock.now += 5
+    progress(tp, 1000, 1000)
+    progress.end()
+    assert terminal.getvalue().endswith("\r\x1b[K")  # the bar is wiped before the summary
+    assert [r.getMessage() for r in caplog.records] == [
+        "restored 1,000 records of 1 changelog partition(s) in 20s (50 records/s)"
+    ]

@@ -167,6 +167,8 @@ async def test_ready_flips_after_restore_and_metrics_count_the_records(
             assert (await get(session, f"{url}/tables/counts/old998"))[1]["value"] == 998
             assert (await get(session, f"{url}/tables/counts/nothing"))[0] == 404
             assert (await get(session, f"{url}/tables/nope/x"))[0] == 404
+            status, body = await get(session, f"{url}/tables/counts/a%2Fb")  # a key with a '/'
+            assert (status, body["key"], body["error"]) == (404, "a/b", "no committed value")
 
             # Process: 300 records and one that does not decode (dead-lettered).
             keys = [f"k{i % 17}" for i in range(300)]

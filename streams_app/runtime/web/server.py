@@ -72,7 +72,7 @@ class WebServer:
         router.add_get("/health", self.health)
         router.add_get("/ready", self.ready)
         router.add_get("/metrics", self.metrics)
-        router.add_get("/tables/{table}/{key}", self.table)
+        router.add_get("/tables/{table}/{key:.+}", self.table)  # a key may hold a '/'
         router.add_get("/assignment", self.assignment)
         helper = pages.Web(self.worker)
         for page in self.worker.app.pages:
