@@ -113,8 +113,6 @@ class WorkerMetrics:
     records_in: dict[str, int] = field(default_factory=dict)
     #: Records sent to the dead-letter topic, per source topic.
     dead_letters: dict[str, int] = field(default_factory=dict)
-    #: Records a windowed table refused as late (stream time past window end + grace), per table.
-    late_records: dict[str, int] = field(default_factory=dict)
     #: Failed commits by cause (the exception's class name: ProducerFencedError, ...).
     commit_failures: dict[str, int] = field(default_factory=dict)
     #: Assignments received (every rebalance this worker took part in ends with one).
@@ -133,9 +131,6 @@ class WorkerMetrics:
 
     def dead_letter(self, topic: str) -> None:
         self.dead_letters[topic] = self.dead_letters.get(topic, 0) + 1
-
-    def late_record(self, table: str) -> None:
-        self.late_records[table] = self.late_records.get(table, 0) + 1
 
     def commit_failed(self, cause: BaseException) -> None:
         name = type(cause).__name__

@@ -85,6 +85,7 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "web_port": [-1, 65536, "6066", 1.5, True],
     "web_host": ["", "http://x", "a b", 5],
     "progress_interval": [0, -1, NAN, "5"],
+    "max_task_idle": [-2, NAN, INF, "1", True],
 }
 
 #: Settings whose wrong values only make sense next to others (TLS or SASL on).

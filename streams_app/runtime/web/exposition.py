@@ -192,14 +192,31 @@ class WorkerCollector:
             app,
             metrics.dead_letters,
         )
+        # Windowed tables (runtime.punctuator counts them as stream time moves).
+        punctuator = worker.punctuator
+        late = {name: 0 for name, t in worker.app.tables.items() if t.window is not None}
+        late.update(punctuator.late_by_table)
         yield _per(
             CounterMetricFamily(
                 PREFIX + "late_records",
-                "Records a windowed table refused as late, per table.",
+                "Records a windowed table refused as late (stream time past every window's "
+                "end + grace), per table; dropped or dead-lettered per late_records.",
                 labels=["app", "table"],
             ),
             app,
-            metrics.late_records,
+            late,
+        )
+        yield _counter(
+            "windows_emitted",
+            "Final results of closed windows emitted (emit on close).",
+            app,
+            punctuator.windows_emitted,
+        )
+        yield _counter(
+            "windows_expired",
+            "Windows deleted from the store and changelog after their retention.",
+            app,
+            punctuator.windows_expired,
         )
         yield from self._tasks(app)
         yield from self._restore(app)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from streams_app.codecs import DecodeError, JsonCodec, RecordCodec
 from streams_app.runtime.task import RUNNING, TaskId
+from streams_app.state.windowed import SlidingValue
 from streams_app.transport.base import TopicPartition
 
 if TYPE_CHECKING:
@@ -78,8 +79,9 @@ def _default(obj: Any) -> Any:
 
 
 def parse_key(table: Table, text: str) -> Any:
-    """The key as the table's key codec reads it from the path's text (JSON keys as JSON)."""
-    return table.key_codec.loads(text.encode())
+    """The key as the table's key codec reads it from the path's text (JSON keys as JSON).
+    Windowed tables: the user's key (the answer lists its windows)."""
+    return table.user_key_codec.loads(text.encode())
 
 
 def owner_of(worker: Worker, table: Table, raw_key: bytes) -> Owner | None:
@@ -113,11 +115,11 @@ def query_table(worker: Worker, name: str, key_text: str, *, forwarded: bool) ->
         return Answer(404, {"error": f"no table {name!r}", "tables": sorted(worker.app.tables)})
     try:
         key = parse_key(table, key_text)
-        raw_key = table.key_codec.dumps(key)
+        raw_key = table.user_key_codec.dumps(key)
     except (DecodeError, TypeError, ValueError) as exc:
         hint = (
             " (the table's keys are JSON: quote strings, e.g. /tables/NAME/%22apple%22)"
-            if isinstance(table.key_codec, JsonCodec | RecordCodec)
+            if isinstance(table.user_key_codec, JsonCodec | RecordCodec)
             else ""
         )
         return Answer(
@@ -141,6 +143,8 @@ def query_table(worker: Worker, name: str, key_text: str, *, forwarded: bool) ->
                 headers=_retry(),
             )
         store = worker.stores[name]
+        if table.window is not None:
+            return _windows(worker, table, key, owner.partition, base)
         raw = store.partition(owner.partition).get(raw_key)
         if raw is None:
             return Answer(404, {**base, "owner": worker.web_url, "error": "no committed value"})
@@ -161,6 +165,32 @@ def query_table(worker: Worker, name: str, key_text: str, *, forwarded: bool) ->
         {**base, "owner": owner.address},
         location=owner.address.rstrip("/"),
     )
+
+
+def _windows(
+    worker: Worker, table: Table, key: Any, partition: int, base: dict[str, Any]
+) -> Answer:
+    """Every committed window of ``key`` in a windowed table, in start order (one prefix seek,
+    see ``state.windowed``); Kafka Streams' ``fetch(key, from, to)`` over all time."""
+    codec = table.key_codec
+    prefix = getattr(codec, "prefix", None)
+    assert callable(prefix), "a windowed table's key codec is a WindowKeyCodec"
+    windows = []
+    for raw_window, raw in worker.stores[table.name].partition(partition).iter_prefix(prefix(key)):
+        window = codec.loads(raw_window)
+        value = table.value_codec.loads(raw)
+        if isinstance(value, SlidingValue):
+            value = value.value  # the aggregate; its max timestamp is the runtime's business
+        windows.append(
+            {
+                "start": window.start,
+                "end": window.end,
+                "value": jsonable(value),
+            }
+        )
+    if not windows:
+        return Answer(404, {**base, "owner": worker.web_url, "error": "no committed window"})
+    return Answer(200, {**base, "owner": worker.web_url, "windows": windows})
 
 
 def _retry() -> dict[str, str]:
