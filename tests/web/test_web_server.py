@@ -5,7 +5,8 @@
   ``/metrics``, parsed with prometheus_client's own parser, counts exactly the records the test
   sent, dead-lettered, restored and committed;
 - ``/tables`` answers for keys owned by each of two workers (the other worker's keys through a
-  307 to its address, learnt from the group's assignment);
+  307 to its address, learnt from the group's assignment), a windowed table with the key's
+  windows;
 - no endpoint of a worker whose settings carry secrets (SASL password, postgres_dsn) shows them.
 """
 
@@ -39,11 +40,13 @@ def table_app(unique: str, bootstrap: str, partitions: int = 2, **settings: Any)
     source = app.topic(f"web-in-{unique}", key_type=str, value_type=int)
     out = app.topic(f"web-out-{unique}", key_type=str, value_type=int)
     counts = app.Table("counts", default=int, key_type=str, value_type=int)
+    hourly = app.Table("hourly", default=int, key_type=str, value_type=int).tumbling(3600)
 
     @app.agent(source)
     async def count(stream):  # type: ignore[no-untyped-def]
         async for key, value in stream.items():
             counts[key] += value
+            hourly[key] += value
             await out.send(key=key, value=counts[key])
 
     @app.page("/count/{key}")
@@ -301,6 +304,15 @@ async def test_tables_answer_for_keys_owned_by_each_of_two_workers(
                 assert redirected == ([] if url == owner_of[key] else [307])
             # A missing key: answered by its owner, after at most one redirect.
             assert (await get(session, f"{url}/tables/counts/nobody"))[0] == 404
+            # A windowed table: every committed window of the key, from its owner.
+            for key in keys:
+                status, body = await get(session, f"{url}/tables/hourly/{key}")
+                assert status == 200 and body["owner"] == owner_of[key]
+                windows = body["windows"]
+                assert all(w["end"] - w["start"] == 3_600_000 for w in windows)
+                assert [w["start"] for w in windows] == sorted(w["start"] for w in windows)
+                assert sum(w["value"] for w in windows) == sent[key]  # one window per record
+            assert (await get(session, f"{url}/tables/hourly/nobody"))[0] == 404
 
 
 def _tp(topic: str, partition: int) -> Any:

@@ -135,13 +135,11 @@ class WorkerCollector:
             metrics.commit_seconds,
             app,
         )
+        batches = "Records per batch the producer handed to the Kafka client."
         if producer is not None:
-            yield _histogram(
-                "producer_batch_records",
-                "Records per batch the producer handed to the Kafka client.",
-                producer.stats.batch_records,
-                app,
-            )
+            yield _histogram("producer_batch_records", batches, producer.stats.batch_records, app)
+        else:  # not started: the family without samples, so its name is always declared
+            yield HistogramMetricFamily(PREFIX + "producer_batch_records", batches, labels=["app"])
         committer = worker._committer
         yield _counter(
             "commits",
