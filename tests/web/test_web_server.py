@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -53,6 +54,16 @@ def table_app(unique: str, bootstrap: str, partitions: int = 2, **settings: Any)
     async def one_count(web, request, key):  # type: ignore[no-untyped-def]
         found = dict(counts.local_items())
         return web.json({"key": key, "local": found.get(key)})
+
+    @app.page("/owned/{key}")
+    async def owned_count(web, request, key):  # type: ignore[no-untyped-def]
+        return web.json({"key": key, "local": dict(counts.local_items()).get(key)})
+
+    # Faust's @app.table_route(counts, match_info="key") (the Faust-compatibility work, issue
+    # 11, adds the decorator): the tag it puts on the view, set by hand, which the server reads.
+    owned_count.__streams_app_route__ = SimpleNamespace(  # type: ignore[attr-defined]
+        kind="table", target=counts, match_info="key", query_param=None
+    )
 
     return app
 
@@ -301,6 +312,13 @@ async def test_tables_answer_for_keys_owned_by_each_of_two_workers(
                 assert body["owner"] == owner_of[key]
                 assert str(response.url).startswith(owner_of[key])
                 # Asked the owner: answered at once; asked the other: one redirect to the owner.
+                assert redirected == ([] if url == owner_of[key] else [307])
+                # A table_route page: run by the key's owner, wherever it was asked.
+                async with session.get(f"{url}/owned/{key}") as response:
+                    body = await response.json()
+                    redirected = [r.status for r in response.history]
+                assert body == {"key": key, "local": sent[key]}
+                assert str(response.url).startswith(owner_of[key])
                 assert redirected == ([] if url == owner_of[key] else [307])
             # A missing key: answered by its owner, after at most one redirect.
             assert (await get(session, f"{url}/tables/counts/nobody"))[0] == 404
