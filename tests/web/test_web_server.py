@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -190,9 +191,14 @@ async def test_ready_flips_after_restore_and_metrics_count_the_records(
                 for key in keys:
                     await feeder.send(source, key=key, value=1)
             await poison.send_and_wait(source, key=b"bad", value=b"{not json", partition=0)
+            # And one three hours old: late for the windowed table (dropped, counted).
+            three_hours_ago = int(time.time() * 1000) - 3 * 3_600_000
+            await poison.send_and_wait(
+                source, key=b"lateone", value=b"1", timestamp_ms=three_hours_ago
+            )
 
             async def all_processed() -> bool:
-                return worker.records_processed == len(keys) and worker.dead_lettered == 1
+                return worker.records_processed == len(keys) + 1 and worker.dead_lettered == 1
 
             await wait_until(all_processed, timeout=60)
 
@@ -226,10 +232,12 @@ async def test_ready_flips_after_restore_and_metrics_count_the_records(
                 assert samples[("streams_app_committed_offset", labels)] == ends[p]
                 assert samples[("streams_app_end_offset", labels)] == ends[p]
                 assert samples[("streams_app_last_stable_offset", labels)] == ends[p]
-            assert samples[("streams_app_records_in_total", (("topic", source),))] == len(keys)
-            assert samples[("streams_app_records_processed_total", ())] == len(keys)
+            assert samples[("streams_app_records_in_total", (("topic", source),))] == len(keys) + 1
+            assert samples[("streams_app_records_processed_total", ())] == len(keys) + 1
             assert samples[("streams_app_dead_letters_total", (("topic", source),))] == 1
-            assert samples[("streams_app_records_out_total", (("topic", output),))] == len(keys)
+            assert samples[("streams_app_records_out_total", (("topic", output),))] == len(keys) + 1
+            assert samples[("streams_app_late_records_total", (("table", "hourly"),))] == 1
+            assert samples[("streams_app_windows_emitted_total", ())] == 0
             assert samples[("streams_app_records_out_total", (("topic", f"{source}.dlq"),))] == 1
             assert samples[("streams_app_transactions_committed_total", ())] == committed >= 1
             assert samples[("streams_app_transactions_aborted_total", ())] == 0
