@@ -356,17 +356,6 @@ class App:
 
         return decorate
 
-    def page(
-        self, path: str, *, base: Any = None, cors_options: Any = None, name: str | None = None
-    ) -> Callable[[Any], Any]:
-        """Register a web view at ``path`` (served by the web server of a later release)."""
-
-        def decorate(view: Any) -> Any:
-            self.pages.append(Page(path, view, base=base, cors_options=cors_options, name=name))
-            return view
-
-        return decorate
-
     def table_route(self, table: _Table, **options: Any) -> Callable[[Any], Any]:
         return routed("table", table, **options)
 
@@ -443,6 +432,20 @@ class App:
         if handler is not None:
             return declare(handler)
         return declare
+
+    def page(
+        self, path: str, *, base: Any = None, cors_options: Any = None, name: str | None = None
+    ) -> Callable[[Any], Any]:
+        """Serve ``async def view(web, request, **match)`` (or a class with ``get``/``post``
+        methods) at ``path`` on every worker's web server, as Faust's ``@app.page``."""
+        if not path.startswith("/"):
+            raise ValueError(f"page path {path!r} must start with '/'")
+
+        def decorate(view: Any) -> Any:
+            self.pages.append(Page(path, view, base=base, cors_options=cors_options, name=name))
+            return view
+
+        return decorate
 
     # -- running --------------------------------------------------------------------------
 

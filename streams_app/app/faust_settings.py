@@ -58,11 +58,6 @@ class AppSettings(Settings):
     topic_disable_leader: bool = False
     #: Topics that do not exist are created (off: a missing topic stops the worker).
     topic_allow_declare: bool = True
-    #: Where the web server (another release) will listen; pages register now.
-    web_enabled: bool = True
-    web_bind: str = "127.0.0.1"
-    web_port: int = 6066
-    web_host: str | None = None
     #: Faust settings accepted without effect, as given (for ``app.conf.<name>`` reads).
     faust: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -96,9 +91,6 @@ class AppSettings(Settings):
                 f"{expires!r} is not a positive duration",
                 "use seconds, e.g. 86400",
             )
-        port = self.web_port
-        if type(port) is not int or not 0 <= port <= 65535:
-            raise ConfigError("web_port", f"{port!r} is not a port", "use 0-65535")
 
     def __setattr__(self, name: str, value: Any) -> None:
         fields = _field_names(type(self))
@@ -210,7 +202,7 @@ MAPPED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "datadir": ("state_dir", lambda v: v),
 }
 
-_WEB = "the web server comes with a later release (pages register now and will be served)"
+_WEB = "the worker's web server is aiohttp on web_bind:web_port, with its own views and options"
 _CLASSES = "streams_app does not take replacement classes; its own runtime runs the app"
 
 #: Faust settings streams_app accepts and does not act on, with the reason.

@@ -1,10 +1,11 @@
-"""``@app.page`` and Faust's ``table_route`` / ``topic_route``: web views, registered.
+"""``@app.page`` and Faust's ``table_route`` / ``topic_route``: web views, declared here and
+served by each worker's web server (``streams_app.runtime.web``).
 
-Registering is all this release does: the web server comes with a later one and will serve
-``app.pages``. A page keeps its path, its handler (``async def view(web, request, **match)``,
-or a class with ``get``/``post`` methods), and the route that says which worker owns the
-request: the one holding the table partition of ``match_info``'s key (``table_route``), or the
-topic partition (``topic_route``), as Faust redirects.
+A page keeps its path, its handler (``async def view(web, request, **match)``, or a class with
+``get``/``post`` methods; ``web`` makes responses: ``web.json(...)``, ``web.text(...)``), and the
+route that says which worker owns the request: the one holding the table partition of
+``match_info``'s (or ``query_param``'s) key (``table_route``, which the web server redirects as
+Faust does), or the topic partition (``topic_route``: recorded, not yet redirected).
 """
 
 from __future__ import annotations

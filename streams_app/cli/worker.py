@@ -25,11 +25,17 @@ def add_parser(
     parser.add_argument("-D", "--datadir", type=Path, help="Faust's name for --state-dir")
     parser.add_argument("-W", "--workdir", type=Path, help="change to this directory first")
     parser.add_argument("-f", "--logfile", type=Path, help="write the log to this file")
-    parser.add_argument("-p", "--web-port", type=int, help="web server port (web_port)")
-    parser.add_argument("-b", "--web-bind", help="web server address (web_bind)")
-    parser.add_argument("--web-host", help="web server host name (web_host)")
+    parser.add_argument(
+        "-p", "--web-port", type=int, help="port of the worker's web server (web_port; 0: any)"
+    )
+    parser.add_argument("-b", "--web-bind", help="address the web server listens on (web_bind)")
+    parser.add_argument(
+        "--web-host", help="host name other workers and clients reach this one at (web_host)"
+    )
     parser.add_argument("--with-web", dest="web", action="store_true", default=None)
-    parser.add_argument("--without-web", dest="web", action="store_false", help="no web server")
+    parser.add_argument(
+        "--without-web", dest="web", action="store_false", help="no web server (web_enabled=False)"
+    )
     for ignored in ("--web-transport", "--blocking-timeout", "--console-port", "--loop", "-L"):
         parser.add_argument(ignored, help=argparse.SUPPRESS)
     for flag in ("--debug", "--no-debug", "-q", "--quiet", "--no-quiet", "--json"):
