@@ -74,7 +74,6 @@ FAUST_WRONG_VALUES: dict[str, list[Any]] = {
     "version": [0, -1, "2", 1.5],
     "consumer_auto_offset_reset": ["none", "EARLIEST"],
     "reply_expires": [0, -5, "1d", True],
-    "web_port": [-1, 70000, "6066"],
 }
 
 

@@ -148,10 +148,12 @@ def _route(worker: Worker, page: Page, request: web.Request) -> web.StreamRespon
         return None
     table = route.target
     text = None
-    if getattr(route, "match_info", None):
-        text = request.match_info.get(route.match_info)
-    elif getattr(route, "query_param", None):
-        text = request.query.get(route.query_param)
+    match_info = getattr(route, "match_info", None)
+    query_param = getattr(route, "query_param", None)
+    if match_info:
+        text = request.match_info.get(match_info)
+    elif query_param:
+        text = request.query.get(query_param)
     if text is None or request.query.get("forwarded"):
         return None
     try:
