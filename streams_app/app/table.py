@@ -221,6 +221,17 @@ class Table(MutableMapping[Any, Any]):
         view = WindowedTransaction(tx, self.key_codec, indexed=indexed)
         return WindowedTableState(self, view, observed)
 
+    def partition_key_bytes(self, key: Any) -> bytes:
+        """The bytes Kafka's partitioner hashes for records carrying ``key``: the key as a
+        topic of the table's key type encodes it (Faust's default ``key_serializer``, raw for
+        text), which is how the records that wrote it were partitioned, whatever the table's
+        own (JSON) key codec."""
+        codec = codec_for(self.key_type, None, getattr(self.app.conf, "key_serializer", "raw"))
+        try:
+            return codec.dumps(key)
+        except Exception:
+            return self.user_key_codec.dumps(key)
+
     @property
     def changelog_topic_name(self) -> str:
         return self._changelog_topic or names.changelog_topic(self.app.conf.id, self.name)

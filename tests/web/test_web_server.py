@@ -122,7 +122,8 @@ async def test_ready_flips_after_restore_and_metrics_count_the_records(
 ) -> None:
     app = table_app(unique, bootstrap_servers)
     source, output = f"web-in-{unique}", f"web-out-{unique}"
-    changelog = app.tables["counts"].changelog_topic
+    counts = app.tables["counts"]
+    changelog = counts.changelog_topic_name
     await create_topics(
         bootstrap_servers,
         [(source, 2, {}), (output, 2, {}), (changelog, 2, {"cleanup.policy": "compact"})],
@@ -138,10 +139,14 @@ async def test_ready_flips_after_restore_and_metrics_count_the_records(
     try:
         async with producer.transaction():
             for i in range(1000):  # partitioned by key, as the table's own writes are
-                await producer.send(changelog, key=f"old{i}".encode(), value=b"%d" % i)
+                await producer.send(
+                    changelog, key=counts.key_codec.dumps(f"old{i}"), value=b"%d" % i
+                )
         await producer.begin_transaction()
-        held_partition = (murmur2(b"late") & 0x7FFFFFFF) % 2
-        await producer.send_and_wait(changelog, key=b"late", value=b"7")
+        held_partition = (murmur2(b"late") & 0x7FFFFFFF) % 2  # where a record keyed late goes
+        await producer.send_and_wait(
+            changelog, key=counts.key_codec.dumps("late"), value=b"7", partition=held_partition
+        )
 
         async with running_worker(app, tmp_path / "s") as worker, http() as session:
             url = worker.web_url

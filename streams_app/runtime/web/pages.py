@@ -157,7 +157,7 @@ def _route(worker: Worker, page: Page, request: web.Request) -> web.StreamRespon
     if text is None or request.query.get("forwarded"):
         return None
     try:
-        raw_key = table.user_key_codec.dumps(parse_key(table, text))
+        raw_key = table.partition_key_bytes(parse_key(table, text))
     except Exception:
         return None  # the view decides what a bad key means
     owner = owner_of(worker, table, raw_key)
