@@ -138,9 +138,13 @@ async def test_ready_flips_after_restore_and_metrics_count_the_records(
     await poison.start()
     try:
         async with producer.transaction():
-            for i in range(1000):  # partitioned by key, as the table's own writes are
+            for i in range(1000):  # in the partition of records keyed so, as the table's are
+                key = f"old{i}"
                 await producer.send(
-                    changelog, key=counts.key_codec.dumps(f"old{i}"), value=b"%d" % i
+                    changelog,
+                    key=counts.key_codec.dumps(key),
+                    value=b"%d" % i,
+                    partition=(murmur2(key.encode()) & 0x7FFFFFFF) % 2,
                 )
         await producer.begin_transaction()
         held_partition = (murmur2(b"late") & 0x7FFFFFFF) % 2  # where a record keyed late goes
