@@ -149,7 +149,7 @@ def query_table(worker: Worker, name: str, key_text: str, *, forwarded: bool) ->
         store = worker.stores[name]
         if table.window is not None:
             return _windows(worker, table, key, owner.partition, base)
-        raw = store.partition(owner.partition).get(raw_key)
+        raw = store.partition(owner.partition).get(table.key_codec.dumps(key))
         if raw is None:
             return Answer(404, {**base, "owner": worker.web_url, "error": "no committed value"})
         return Answer(
