@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from streams_app.codecs import DecodeError
 from streams_app.errors import WorkerStopped
 from streams_app.runtime import guarantees
 from streams_app.runtime.actor import AgentRunner
+from streams_app.runtime.assignor import StreamsAssignor
 from streams_app.runtime.broker_limits import check_broker_limits, check_topic_limits
 from streams_app.runtime.clock import Clock, SystemClock
 from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN, Committer
@@ -29,7 +31,9 @@ from streams_app.runtime.errors_policy import (
     Failure,
     dead_letter_headers,
 )
+from streams_app.runtime.placement import PlacementConfig
 from streams_app.runtime.producer import StreamsProducer
+from streams_app.runtime.replicas import Replicas
 from streams_app.runtime.task import RUNNING, Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.topology import TopologyPlan, plan_topology
@@ -109,6 +113,8 @@ class Worker:
         self._producer: StreamsProducer | None = None
         self._tasks: TaskManager | None = None
         self._committer: Committer | None = None
+        #: Standbys, warm-ups, fencing of departed members, probing (runtime/replicas.py).
+        self.replicas: Replicas | None = None
 
     # -- accessors (valid once started) ---------------------------------------------------
 
@@ -200,6 +206,25 @@ class Worker:
         for table in self.app.tables.values():
             self.stores[table.name] = open_store(conf.store, self.directory, table.name)
         self._tasks = TaskManager(self.plan, self.stores)
+        self._tasks.local_offsets()  # opens local state now, not inside a group join
+        assignor = StreamsAssignor(
+            self.plan,
+            process_id=self.directory.process_id,
+            transactional_id=(
+                guarantees.transactional_id(conf, self.directory.process_id)
+                if conf.exactly_once
+                else None
+            ),
+            local_offsets=self._tasks.local_offsets,
+            end_offsets=admin.end_offsets,
+            placement=PlacementConfig(
+                standby_replicas=conf.table_standby_replicas,
+                acceptable_recovery_lag=conf.acceptable_recovery_lag,
+                max_warmup_replicas=conf.max_warmup_replicas,
+            ),
+            probing_interval=conf.probing_rebalance_interval,
+        )
+        self.replicas = Replicas(conf, self.transport, admin, self._tasks, assignor)
 
         self._producer = StreamsProducer(
             self.transport,
@@ -209,7 +234,9 @@ class Worker:
         await self._producer.start()  # exactly-once: fences our previous incarnation
         self._restore_consumer = self.transport.consumer(guarantees.restore_consumer_config(conf))
         await self._restore_consumer.start()
-        self._consumer = self.transport.consumer(guarantees.consumer_config(conf))
+        self._consumer = self.transport.consumer(
+            dataclasses.replace(guarantees.consumer_config(conf), assignor=assignor)
+        )
         await self._consumer.start()
         plan = self.plan
         self._committer = Committer(
@@ -240,6 +267,8 @@ class Worker:
                     await self._safe_abort()
                 self.tasks.close_all()
         await self.runner.stop()
+        if self.replicas is not None:
+            await self.replicas.stop()
         for client in (self._consumer, self._restore_consumer):
             if client is not None:
                 try:
@@ -491,6 +520,8 @@ class Worker:
 
     async def _on_migrated(self, exc: BaseException) -> None:
         await self.committer.task_migrated(exc)
+        if self.replicas is not None:
+            self.replicas.forget_active()
         await self.runner.restart()
         assert self.plan is not None
         self.consumer.unsubscribe()
@@ -596,6 +627,10 @@ class _RebalanceListener:
             worker.committer.group = consumer.group_metadata()
             tps = sorted(TopicPartition(tp[0], tp[1]) for tp in assigned)
             tasks = worker.tasks.assign(tps)
+            if worker.replicas is not None:
+                # Standbys (before any restore), fencing departed members (before reading
+                # committed offsets), probing: runtime/replicas.py.
+                await worker.replicas.on_assignment(consumer)
             if not tps:
                 return
             consumer.pause(tps)  # until the tables are restored

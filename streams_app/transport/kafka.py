@@ -31,7 +31,12 @@ from typing import Any
 
 import aiokafka.errors as aerrors
 from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.cluster import ClusterMetadata
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
 from aiokafka.structs import OffsetAndMetadata
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
@@ -51,7 +56,10 @@ from streams_app.kafka.admin import unavailable
 from streams_app.transport.base import (
     BrokerLimits,
     ConsumerConfig,
+    GroupAssignor,
     GroupMetadata,
+    MemberAssignment,
+    MemberSubscription,
     ProducerConfig,
     RebalanceListener,
     RecordBatch,
@@ -233,6 +241,68 @@ class _ListenerAdapter(ConsumerRebalanceListener):  # type: ignore[misc]
             self._client._listener_error = exc
 
 
+class _AssignorAdapter:
+    """A :class:`~streams_app.transport.base.GroupAssignor` as aiokafka runs assignors.
+
+    aiokafka calls ``name``, ``metadata``, ``assign`` and ``on_assignment`` on whatever object
+    is in ``partition_assignment_strategy`` (an instance works as well as the class-level
+    assignors it ships), and our coordinator awaits ``prepare_assignment`` before ``assign``
+    (``streams_app.kafka.consumer``). This adapter only converts between aiokafka's structs and
+    the transport's plain ones.
+    """
+
+    version = 0
+
+    def __init__(self, assignor: GroupAssignor) -> None:
+        self._assignor = assignor
+        self.name = assignor.name
+
+    def metadata(self, topics: Collection[str]) -> ConsumerProtocolMemberMetadata:
+        return ConsumerProtocolMemberMetadata(
+            self.version, sorted(topics), self._assignor.subscription_data()
+        )
+
+    async def prepare_assignment(self) -> None:
+        await self._assignor.prepare()
+
+    def assign(
+        self,
+        cluster: ClusterMetadata,
+        members: Mapping[str, ConsumerProtocolMemberMetadata],
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        subscriptions = {
+            member_id: MemberSubscription(tuple(meta.subscription), bytes(meta.user_data or b""))
+            for member_id, meta in members.items()
+        }
+        counts: dict[str, int] = {}
+        for subscription in subscriptions.values():
+            for topic in subscription.topics:
+                partitions = cluster.partitions_for_topic(topic)
+                if partitions:
+                    counts[topic] = len(partitions)
+        planned = self._assignor.assign(subscriptions, counts)
+        out: dict[str, ConsumerProtocolMemberAssignment] = {}
+        for member_id in members:
+            assignment = planned.get(member_id, MemberAssignment(()))
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in assignment.partitions:
+                by_topic.setdefault(topic, []).append(partition)
+            out[member_id] = ConsumerProtocolMemberAssignment(
+                self.version,
+                sorted((topic, sorted(ps)) for topic, ps in by_topic.items()),
+                assignment.user_data,
+            )
+        return out
+
+    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
+        self._assignor.on_assignment(
+            MemberAssignment(
+                tuple(_ours(tp) for tp in assignment.partitions()),
+                bytes(assignment.user_data or b""),
+            )
+        )
+
+
 class KafkaConsumerClient:
     """``ConsumerClient`` on :class:`streams_app.kafka.StableConsumer`.
 
@@ -283,7 +353,7 @@ class KafkaConsumerClient:
             # Java's default; aiokafka's (the session timeout) drops a member whose
             # revocation commit takes longer than the session timeout.
             rebalance_timeout_ms=config.rebalance_timeout_ms or config.max_poll_interval_ms,
-            partition_assignment_strategy=(RangePartitionAssignor,),
+            partition_assignment_strategy=self._assignors(),
             **self._security,
         )
         try:
@@ -303,6 +373,18 @@ class KafkaConsumerClient:
                 self.subscribe(topics, listener)
             else:
                 self.assign(arg)
+
+    def _assignors(self) -> tuple[Any, ...]:
+        """Ours first, range second: the broker picks the first protocol every member offers,
+        so a group that still has members of an older version (range only) keeps working,
+        with range's co-partitioned assignment and no standbys, until they are gone."""
+        if self._config.assignor is None:
+            return (RangePartitionAssignor,)
+        return (_AssignorAdapter(self._config.assignor), RangePartitionAssignor)
+
+    def request_rebalance(self) -> None:
+        if self._consumer is not None:
+            self._consumer.request_rejoin()
 
     async def stop(self) -> None:
         if self._consumer is not None:

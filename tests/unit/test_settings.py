@@ -80,6 +80,10 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "sasl_password": ["hunter2", ""],
     "postgres_dsn": ["", "   ", 7, "mysql://host/db"],
     "transaction_version": [3, 0, "2", 1.5],
+    "table_standby_replicas": [-1, 1.5, "1", None, True, 33],
+    "acceptable_recovery_lag": [-1, 2.5, "10000", None],
+    "max_warmup_replicas": [0, -2, 1.5, "2", None],
+    "probing_rebalance_interval": [0, -1, NAN, INF, "600", None, 3_000_000],
 }
 
 #: Settings whose wrong values only make sense next to others (TLS or SASL on).
