@@ -108,7 +108,9 @@ class Replicas:
                 return
             consumer = self.transport.consumer(guarantees.standby_consumer_config(self.conf))
             await consumer.start()
-            self.updater = StandbyUpdater(consumer, self.admin)
+            self.updater = StandbyUpdater(
+                consumer, self.admin, caught_up_lag=self.conf.acceptable_recovery_lag
+            )
             self.updater.start()
         self.updater.update(standbys)
 

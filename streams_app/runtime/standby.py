@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,7 +54,15 @@ RETRY_BACKOFF = 1.0
 class StandbyTask:
     """One standby (or warm-up) task: its changelog partitions and the stores they feed."""
 
-    __slots__ = ("applied", "changelogs", "id", "lag_at_assignment", "warmup")
+    __slots__ = (
+        "applied",
+        "caught_up_at",
+        "changelogs",
+        "id",
+        "lag",
+        "lag_at_assignment",
+        "warmup",
+    )
 
     def __init__(
         self,
@@ -71,6 +80,12 @@ class StandbyTask:
         self.lag_at_assignment = lag_at_assignment
         #: Changelog records applied since it was placed here.
         self.applied = 0
+        #: Records between its stores and the changelogs' ends, as last measured (None: not
+        #: measured yet). The ends are high watermarks: under load an active's open
+        #: transaction keeps this above zero by up to one commit's worth of records.
+        self.lag: int | None = None
+        #: ``time.monotonic()`` when the lag first fell within the acceptable recovery lag.
+        self.caught_up_at: float | None = None
 
     def describe(self) -> dict[str, Any]:
         """Plain data for ``/assignment``: offsets are the next changelog offset not applied."""
@@ -78,6 +93,7 @@ class StandbyTask:
             "task": str(self.id),
             "warmup": self.warmup,
             "lag_at_assignment": self.lag_at_assignment,
+            "lag": self.lag,
             "records_applied": self.applied,
             "changelogs": [
                 {"topic": tp.topic, "partition": tp.partition, "offset": part.changelog_offset}
@@ -104,11 +120,18 @@ class StandbyUpdater:
         *,
         poll_timeout_ms: int = 200,
         max_records: int = 10_000,
+        caught_up_lag: int = 10_000,
+        lag_interval: float = 2.0,
     ) -> None:
         self.consumer = consumer
         self.admin = admin
         self.poll_timeout_ms = poll_timeout_ms
         self.max_records = max_records
+        #: A standby within this many records of the end is reported caught up (once).
+        self.caught_up_lag = caught_up_lag
+        #: Seconds between measurements of the standbys' lags (one ListOffsets each).
+        self.lag_interval = lag_interval
+        self._lags_measured = 0.0
         self.tasks: dict[TaskId, StandbyTask] = {}
         self._parts: dict[TopicPartition, StorePartition] = {}
         self._owner: dict[TopicPartition, StandbyTask] = {}
@@ -137,7 +160,7 @@ class StandbyUpdater:
         for task in tasks.values():
             old = self.tasks.get(task.id)
             if old is not None and old.changelogs == task.changelogs:
-                task.applied = old.applied
+                task.applied, task.lag, task.caught_up_at = old.applied, old.lag, old.caught_up_at
         self.tasks = dict(tasks)
         self._parts = parts
         self._owner = owner
@@ -176,6 +199,8 @@ class StandbyUpdater:
                     await self._changed.wait()
                     continue
                 await self._poll()
+                if time.monotonic() - self._lags_measured >= self.lag_interval:
+                    await self._measure_lags()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -232,6 +257,32 @@ class StandbyUpdater:
             stored = part.changelog_offset
             if stored is None or position > stored:
                 part.write({}, position)
+
+    async def _measure_lags(self) -> None:
+        self._lags_measured = time.monotonic()
+        parts = dict(self._parts)
+        ends = await self.admin.end_offsets(list(parts))
+        if self._dirty:
+            return
+        for task in self.tasks.values():
+            lag = 0
+            for tp, part in task.changelogs.items():
+                end = ends.get(tp)
+                if end is None or part is not parts.get(tp):
+                    break
+                lag += max(0, end - (part.changelog_offset or 0))
+            else:
+                task.lag = lag
+                if task.caught_up_at is None and lag <= self.caught_up_lag:
+                    task.caught_up_at = time.monotonic()
+                    log.info(
+                        "standby %s%s caught up: %d record(s) behind its changelogs' end "
+                        "(%d applied since placed here)",
+                        task.id,
+                        " (warm-up)" if task.warmup else "",
+                        lag,
+                        task.applied,
+                    )
 
     def _apply(self, tp: TopicPartition, records: Any) -> None:
         part = self._parts.get(tp)
