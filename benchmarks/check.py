@@ -6,6 +6,9 @@ began) is read ``read_committed`` and compared with the input:
 - **count** systems (streams_app, Kafka Streams, quixstreams, faust): the values for each key, in
   partition order, must be 1, 2, 3, ... (a repeat is a duplicate, a jump is a gap), and each key's
   last value must be the number of input records with that key (nothing lost);
+- **windowed** (the count in one-minute tumbling windows): the same, except that a key's count
+  starts again at 1 when its next window opens; the per-window final counts must add up to the
+  number of input records with that key;
 - **echo** (the bare aiokafka loop, which forwards records unchanged to the same partition): each
   output partition must hold exactly its input partition's records, in order.
 
@@ -172,6 +175,8 @@ async def check_output(
     problems: list[str] = []
     if kind == "count":
         problems += _check_counts(records, expected, complete)
+    elif kind == "windowed":
+        problems += _check_counts(records, expected, complete, windowed=True)
     elif kind == "echo":
         problems += _check_echo(records, expected)
     else:
@@ -190,9 +195,17 @@ async def check_output(
 
 
 def _check_counts(
-    records: Mapping[int, list[Any]], expected: InputSummary, complete: bool
+    records: Mapping[int, list[Any]],
+    expected: InputSummary,
+    complete: bool,
+    *,
+    windowed: bool = False,
 ) -> list[str]:
+    """``windowed``: a 1 after a count > 1 opens the key's next window (the input spans seconds,
+    windows a minute: a key sees at most a few), and ``last`` then holds the sum of the windows'
+    counts so far plus the current one's."""
     last: dict[bytes, int] = {}
+    closed: dict[bytes, int] = {}
     duplicates = gaps = bad = 0
     examples: list[str] = []
     for partition in sorted(records):
@@ -204,7 +217,10 @@ def _check_counts(
                 if len(examples) < MAX_EXAMPLES:
                     examples.append(f"unreadable value at {partition}@{r.offset}")
                 continue
-            previous = last.get(r.key, 0)
+            previous = last.get(r.key, 0) - closed.get(r.key, 0)
+            if windowed and value == 1 and previous > 1:
+                closed[r.key] = last[r.key]
+                previous = 0
             if value != previous + 1:
                 if value <= previous:
                     duplicates += 1
@@ -214,7 +230,7 @@ def _check_counts(
                     examples.append(
                         f"key {r.key!r} at {partition}@{r.offset}: {value} after {previous}"
                     )
-            last[r.key] = max(previous, value)
+            last[r.key] = closed.get(r.key, 0) + max(previous, value)
     problems = []
     if duplicates:
         problems.append(f"{duplicates} duplicate counts")

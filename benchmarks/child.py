@@ -8,8 +8,9 @@ prints one ``STATS <json>`` line.
 Systems:
 
 ``streams_app``
-    ``topologies/count.py`` unchanged, configured through ``STREAMS_APP_*`` variables (app id =
-    the group, the broker, the guarantee, anything passed with ``--set``).
+    ``topologies/count.py`` unchanged (or ``--topology``, e.g. ``topologies.windowed_count``),
+    configured through ``STREAMS_APP_*`` variables (app id = the group, the broker, the
+    guarantee, anything passed with ``--set``).
 ``aiokafka``
     The ceiling: a bare aiokafka consume -> transactional produce loop. Each transaction holds
     every record fetched during one commit interval, forwarded unchanged, and the offsets
@@ -134,8 +135,9 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
     clocked(KafkaProducerClient, "send_offsets_to_transaction", "offsets")
     clocked(KafkaProducerClient, "commit_transaction", "end_txn")
 
-    from topologies.count import app
+    import importlib
 
+    app = importlib.import_module(args.topology).app
     worker = app.worker(state_dir=Path(args.state_dir))
     stop = _stop_event()
     stopper = asyncio.create_task(_stop_on(stop, worker.request_stop))
@@ -253,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-interval", type=float, default=None)
     parser.add_argument("--max-poll-records", type=int, default=2000)
     parser.add_argument("--state-dir", default="bench-state")
+    parser.add_argument(
+        "--topology", default="topologies.count", help="streams_app: the module of the app"
+    )
     parser.add_argument("--set", action="append", default=[], help="streams_app NAME=VALUE")
     parser.add_argument("--profile", help="write a pyinstrument profile to PATH(.txt/.html)")
     args = parser.parse_args(argv)

@@ -6,7 +6,8 @@ records and offsets, zombies fenced by consumer-group generation (KIP-447).
 """
 
 from streams_app.app import Agent, App, Settings, Stream, Table, Topic
-from streams_app.app.context import Event
+from streams_app.app.context import Event, current_task
+from streams_app.app.windows import WindowRange
 from streams_app.errors import (
     AuthorizationError,
     BrokerAuthenticationError,
@@ -35,6 +36,8 @@ __all__ = [
     "Table",
     "Topic",
     "TopologyError",
+    "WindowRange",
     "WorkerStopped",
     "__version__",
+    "current_task",
 ]

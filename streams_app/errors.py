@@ -93,3 +93,11 @@ class DatabaseUnavailable(StreamsAppError):
             f"PostgreSQL at {address} is unavailable{extra}. Start it, or fix the DSN "
             "(--dsn / STREAMS_APP_POSTGRES_DSN)."
         )
+
+
+class LateRecord(StreamsAppError):
+    """A record arrived after every window it belongs to had closed (dead-letter reason)."""
+
+
+class InvalidTimestamp(StreamsAppError):
+    """A record's timestamp is missing or negative (dead-letter reason)."""

@@ -82,6 +82,10 @@ class Settings:
     commit_interval: float | None = None
     #: Commit after this many records even before the interval is up.
     commit_every: int = 10_000
+    #: Seconds a task with several co-partitioned inputs waits for one that has nothing
+    #: buffered before processing the others without it (Kafka Streams' max.task.idle.ms;
+    #: 0: wait only for records already on the broker; -1: never wait).
+    max_task_idle: float = 0.0
     transaction_timeout: float = 10.0
     #: Kafka's transaction protocol: None uses version 2 (KIP-890: no AddPartitionsToTxn or
     #: AddOffsetsToTxn, a new epoch per transaction) where the cluster has it, else 1.
@@ -352,6 +356,20 @@ class Settings:
         _seconds(self, "max_poll_interval", "e.g. 300")
         _seconds(self, "restore_timeout", "e.g. 300")
         _seconds(self, "probing_rebalance_interval", "e.g. 600 (Kafka Streams' 10 minutes)")
+        if isinstance(self.max_task_idle, bool) or not isinstance(self.max_task_idle, int | float):
+            raise ConfigError(
+                "max_task_idle",
+                f"{self.max_task_idle!r} is not a number of seconds",
+                "use seconds >= 0 (0: the default), or -1 to never wait for an input",
+            )
+        if not math.isfinite(self.max_task_idle) or (
+            self.max_task_idle < 0 and self.max_task_idle != -1
+        ):
+            raise ConfigError(
+                "max_task_idle",
+                f"{self.max_task_idle} is not a finite number >= 0 or -1",
+                "use seconds >= 0 (0: the default), or -1 to never wait for an input",
+            )
         if self.exactly_once and self.transaction_timeout < interval:
             raise ConfigError(
                 "transaction_timeout",

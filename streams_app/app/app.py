@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from streams_app.app.agent import Agent, AgentFun, Sink
 from streams_app.app.postgres import DEFAULT_OFFSETS_TABLE, PostgresSink, SinkHandler
-from streams_app.app.table import Table
+from streams_app.app.table import Table, WindowCloseCallback
 from streams_app.app.topic import Topic
 from streams_app.codecs import Codec, CodecSpec
 from streams_app.settings import Settings
@@ -19,6 +19,10 @@ from streams_app.transport.base import ProducerConfig, RecordMetadataLike, Trans
 if TYPE_CHECKING:
     from streams_app.runtime.clock import Clock
     from streams_app.runtime.worker import Worker
+
+
+WALL_CLOCK = "wall_clock"
+STREAM_TIME = "stream_time"
 
 
 class App:
@@ -54,9 +58,16 @@ class App:
         replicas: int | None = None,
         config: Mapping[str, str] | None = None,
         internal: bool = False,
+        timestamp_fn: Callable[[Any], Any] | None = None,
+        on_invalid_timestamp: str = "dlq",
     ) -> Topic:
+        """A topic. ``timestamp_fn(value)`` gives records their time (a datetime or epoch
+        seconds) instead of the Kafka timestamp; ``on_invalid_timestamp`` says what a missing or
+        negative one does (see :class:`~streams_app.app.topic.Topic`)."""
         existing = self.topics.get(name)
         if existing is not None:
+            if timestamp_fn is not None:
+                existing.use_timestamp_fn(timestamp_fn, f"app.topic({name!r})")
             return existing
         topic = Topic(
             self,
@@ -69,6 +80,8 @@ class App:
             replicas=replicas,
             config=config,
             internal=internal,
+            timestamp_fn=timestamp_fn,
+            on_invalid_timestamp=on_invalid_timestamp,
         )
         self.topics[name] = topic
         return topic
@@ -80,9 +93,13 @@ class App:
         name: str | None = None,
         concurrency: int = 1,
         sink: Sequence[Sink] | None = None,
+        timestamp_fn: Callable[[Any], Any] | None = None,
     ) -> Callable[[AgentFun], Agent]:
-        """Decorate ``async def f(stream)`` to process ``channel``."""
+        """Decorate ``async def f(stream)`` to process ``channel``. ``timestamp_fn`` sets the
+        input topic's record time (see :meth:`topic`)."""
         topic = channel if isinstance(channel, Topic) else self.topic(channel)
+        if timestamp_fn is not None:
+            topic.use_timestamp_fn(timestamp_fn, f"agent on {topic.name!r}")
 
         def decorate(fun: AgentFun) -> Agent:
             agent = Agent(self, fun, topic, name=name, concurrency=concurrency, sink=sink)
@@ -102,7 +119,11 @@ class App:
         key_type: CodecSpec = None,
         value_type: CodecSpec = None,
         changelog_topic: str | None = None,
+        on_window_close: WindowCloseCallback | None = None,
     ) -> Table:
+        """A changelog-backed table; ``.tumbling()``, ``.hopping()``, ``.sliding()`` and
+        ``.session()`` make it windowed, and ``on_window_close(key, value)`` is then called
+        with each window's final value when it closes (``key`` is ``(key, WindowRange)``)."""
         if name in self.tables:
             raise ValueError(f"table {name!r} is already defined")
         table = Table(
@@ -113,23 +134,36 @@ class App:
             key_type=key_type,
             value_type=value_type,
             changelog_topic=changelog_topic,
+            on_window_close=on_window_close,
         )
         self.tables[name] = table
         return table
 
     def timer(
-        self, interval: float, *, name: str | None = None
+        self, interval: float, *, name: str | None = None, on: str = WALL_CLOCK
     ) -> Callable[[Callable[[], Awaitable[Any]]], Callable[[], Awaitable[Any]]]:
-        """Run ``async def f()`` every ``interval`` seconds in each worker, between batches.
+        """Run ``async def f()`` every ``interval`` seconds.
 
-        Records it sends join the worker's transaction (they commit with the next commit); an
-        exception is handled like an agent error (abort, rewind, error policy).
+        ``on="wall_clock"`` (the default): once per worker, between batches, by the worker's
+        clock. ``on="stream_time"`` (Kafka Streams' ``PunctuationType.STREAM_TIME``): once per
+        task each time the task's stream time crosses a multiple of ``interval`` (at most once
+        per batch, however many multiples it crossed), for that task: table reads and writes
+        reach the task's partition (``current_task`` is set).
+
+        Records it sends join the worker's transaction (they commit with the next commit, with
+        the offsets that moved stream time); an exception is handled like an agent error
+        (abort, rewind, error policy).
         """
         if interval <= 0:
             raise ValueError("timer interval must be positive")
+        if on not in (WALL_CLOCK, STREAM_TIME):
+            raise ValueError(f"timer on={on!r}: use {WALL_CLOCK!r} or {STREAM_TIME!r}")
 
         def decorate(fun: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
-            self.timers.append(Timer(name or fun.__name__, interval, fun))
+            timer_name = name or fun.__name__
+            if any(t.name == timer_name for t in self.timers):
+                raise ValueError(f"two timers are named {timer_name!r}; pass name=...")
+            self.timers.append(Timer(timer_name, interval, fun, on))
             return fun
 
         return decorate
@@ -224,6 +258,12 @@ class Timer:
     name: str
     interval: float
     fun: Callable[[], Awaitable[Any]]
+    #: ``"wall_clock"`` or ``"stream_time"``.
+    on: str = WALL_CLOCK
+
+    @property
+    def interval_ms(self) -> int:
+        return max(1, round(self.interval * 1000))
 
 
 class StandaloneProducer:

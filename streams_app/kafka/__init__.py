@@ -26,6 +26,7 @@ from streams_app.kafka.errors import (
     ProducerUnusableError,
     TransactionSendFailedError,
     UnstableOffsetCommitError,
+    is_aborted_by_coordinator,
     is_fencing_error,
     register_error_codes,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "TransactionSendFailedError",
     "TransactionalProducer",
     "UnstableOffsetCommitError",
+    "is_aborted_by_coordinator",
     "is_fencing_error",
     "logs",
     "register_error_codes",

@@ -111,16 +111,18 @@ class Committer:
             await self._send_changelog(task)
 
         offsets = self._offsets(tasks)
+        # Stream time travels with the offsets, as their metadata (runtime.stream_time).
+        metadata = self._metadata(tasks, offsets)
         if self.guarantee == EXACTLY_ONCE_V2:
             # 2-4. The send gate, the offsets into the transaction, then EndTxn(commit)
             # (StreamsProducer.commit).
-            await self.producer.commit(offsets, self.group)
+            await self.producer.commit(offsets, self.group, metadata)
         else:
             # 2. The send gate: every output and changelog record acknowledged, or abort.
             await self.producer.flush_and_check()
             # 3. At-least-once: the offsets, only now that the outputs are acknowledged.
             if self.guarantee == AT_LEAST_ONCE and offsets:
-                await self.consumer.commit(offsets)
+                await self.consumer.commit(offsets, metadata)
 
         # 5. Only what Kafka committed reaches the stores, with its changelog offset.
         for task in tasks:
@@ -147,6 +149,16 @@ class Committer:
                 if task.committed.get(tp) != offset:
                     offsets[tp] = offset
         return offsets
+
+    def _metadata(
+        self, tasks: list[Task], offsets: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, str]:
+        out: dict[TopicPartition, str] = {}
+        for task in tasks:
+            tps = [tp for tp in task.offsets if tp in offsets]
+            if tps:
+                out.update(task.offset_metadata(tps))
+        return out
 
     def _apply_state(self, task: Task) -> None:
         for table_name, tx in task.tables.items():
@@ -177,7 +189,9 @@ class Committer:
             await self.producer.abort()
         self._clear_inboxes()
         for task in list(self.tasks.tasks.values()):
-            task.rewind()
+            paused = task.rewind()
+            if paused:
+                self.consumer.resume(paused)
             for tp in task.partitions:
                 committed = task.committed.get(tp)
                 if committed is not None:

@@ -431,7 +431,10 @@ class StreamsProducer:
                 raise SendFailedError(f"a record could not be sent: {type(exc).__name__}: {exc}")
 
     async def commit(
-        self, offsets: Mapping[TopicPartition, int], group: GroupMetadata | None
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group: GroupMetadata | None,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
         """Exactly-once: the send gate, then the offsets into the transaction, then EndTxn.
 
@@ -454,7 +457,7 @@ class StreamsProducer:
         if offsets:
             if group is None:
                 raise TransportError("exactly-once commit without consumer group metadata")
-            await self.client.send_offsets_to_transaction(offsets, group)
+            await self.client.send_offsets_to_transaction(offsets, group, metadata)
         await self.client.commit_transaction()
         self._in_transaction = False
         self.transactions_committed += 1

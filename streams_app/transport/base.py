@@ -32,6 +32,17 @@ class RecordLike(Protocol):
     headers: Sequence[tuple[str, bytes]]
 
 
+class CommittedOffset(NamedTuple):
+    """A group's committed offset of one partition and the metadata string stored with it.
+
+    The runtime keeps each task's stream time there (``runtime.stream_time``), as Kafka Streams
+    does: it commits in the same transaction as the offset, so it is exactly as durable.
+    """
+
+    offset: int
+    metadata: str = ""
+
+
 class RecordMetadataLike(Protocol):
     """Where a produced record landed."""
 
@@ -217,8 +228,27 @@ class ConsumerClient(Protocol):
         """
         ...
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """A plain (non-transactional) offset commit, for at-least-once and at-most-once."""
+    async def committed_offsets_with_metadata(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, CommittedOffset | None]:
+        """:meth:`committed_offsets` with each offset's metadata string (same stability rules)."""
+        ...
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        metadata: Mapping[TopicPartition, str] | None = None,
+    ) -> None:
+        """A plain (non-transactional) offset commit, for at-least-once and at-most-once;
+        ``metadata`` (per partition, default empty) is stored with the offsets."""
+        ...
+
+    def fetched_lag(self, tp: TopicPartition) -> int | None:
+        """Records known to be on the broker past the consumer's position, as of the last fetch
+        response for ``tp`` (its last stable offset under read_committed, else its high
+        watermark); None while no fetch has answered for it. Kafka Streams' task idling
+        (KIP-695) waits for a partition with lag instead of processing its siblings without it.
+        """
         ...
 
     def pause(self, partitions: Collection[TopicPartition]) -> None: ...
@@ -266,9 +296,13 @@ class ProducerClient(Protocol):
         ...
 
     async def send_offsets_to_transaction(
-        self, offsets: Mapping[TopicPartition, int], group: GroupMetadata
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group: GroupMetadata,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
-        """TxnOffsetCommit carrying ``group``'s generation and member id (KIP-447)."""
+        """TxnOffsetCommit carrying ``group``'s generation and member id (KIP-447), and per
+        partition the ``metadata`` string (default empty) committed with the offset."""
         ...
 
     async def commit_transaction(self) -> None: ...

@@ -49,12 +49,14 @@ from streams_app.kafka import (
     StableConsumer,
     TransactionalProducer,
     TransactionSendFailedError,
+    is_aborted_by_coordinator,
     is_fencing_error,
 )
 from streams_app.kafka import logs as kafka_logs
 from streams_app.kafka.admin import unavailable
 from streams_app.transport.base import (
     BrokerLimits,
+    CommittedOffset,
     ConsumerConfig,
     GroupAssignor,
     GroupMetadata,
@@ -459,11 +461,44 @@ class KafkaConsumerClient:
             raise denied or TransportError(f"reading committed offsets failed: {exc}") from exc
         return {_ours(tp): offset for tp, offset in found.items()}
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    async def committed_offsets_with_metadata(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, CommittedOffset | None]:
+        try:
+            found = await self._c.committed_offsets_and_metadata(
+                partitions, timeout=COMMITTED_OFFSETS_TIMEOUT_S
+            )
+        except (aerrors.KafkaError, aerrors.IllegalOperation) as exc:
+            raise TransportError(f"reading committed offsets failed: {exc}") from exc
+        return {
+            _ours(tp): None if om is None else CommittedOffset(om.offset, om.metadata or "")
+            for tp, om in found.items()
+        }
+
+    def fetched_lag(self, tp: TopicPartition) -> int | None:
+        try:
+            state = self._c._subscription.subscription.assignment.state_value(_aio(tp))
+        except (AttributeError, KeyError):
+            return None
+        if state is None or not state.has_valid_position:
+            return None
+        end = state.lso if self._config.isolation_level == "read_committed" else state.highwater
+        if end is None or end < 0:
+            return None
+        return max(0, int(end) - int(state.position))
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        metadata: Mapping[TopicPartition, str] | None = None,
+    ) -> None:
         if not offsets:
             return
+        meta = metadata or {}
         try:
-            await self._c.commit({_aio(tp): OffsetAndMetadata(o, "") for tp, o in offsets.items()})
+            await self._c.commit(
+                {_aio(tp): OffsetAndMetadata(o, meta.get(tp, "")) for tp, o in offsets.items()}
+            )
         except (aerrors.CommitFailedError, aerrors.IllegalStateError) as exc:
             raise CommitFailedError(f"offset commit rejected: {exc}") from exc
         except (aerrors.KafkaError, aerrors.IllegalOperation) as exc:
@@ -602,11 +637,7 @@ class KafkaProducerClient:
         if denied is not None:
             return denied
         if is_fencing_error(exc):
-            return ProducerFencedError(
-                f"producer with transactional.id {tid!r} was fenced: a newer instance took the "
-                "id, or the broker aborted its transaction after transaction.timeout.ms "
-                f"({self._config.transaction_timeout_ms} ms)"
-            )
+            return self._fenced()
         if isinstance(exc, TransactionSendFailedError):
             for failure in exc.failures:
                 if is_fencing_error(failure):
@@ -626,6 +657,13 @@ class KafkaProducerClient:
                 return TransactionAbortableError(f"transaction failed: {exc!r}")
             return TransportError(f"producer error: {exc!r}")
         return exc
+
+    def _fenced(self) -> ProducerFencedError:
+        return ProducerFencedError(
+            f"producer with transactional.id {self._config.transactional_id!r} was fenced: a "
+            "newer instance took the id, or the broker aborted its transaction after "
+            f"transaction.timeout.ms ({self._config.transaction_timeout_ms} ms)"
+        )
 
     def _not_transactional(self, what: str) -> TransportError:
         return TransportError(f"{what} needs a transactional producer (no transactional_id set)")
@@ -734,13 +772,18 @@ class KafkaProducerClient:
             raise self._translate(TransactionSendFailedError(failures))
 
     async def send_offsets_to_transaction(
-        self, offsets: Mapping[TopicPartition, int], group: GroupMetadata
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group: GroupMetadata,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
         if not self.transactional:
             raise self._not_transactional("send_offsets_to_transaction")
+        meta = metadata or {}
         try:
             await self._p.send_offsets_to_transaction(
-                {_aio(tp): OffsetAndMetadata(o, "") for tp, o in offsets.items()}, group
+                {_aio(tp): OffsetAndMetadata(o, meta.get(tp, "")) for tp, o in offsets.items()},
+                group,
             )
         except Exception as exc:
             mapped = self._translate(exc)
@@ -754,6 +797,8 @@ class KafkaProducerClient:
         try:
             await self._p.commit_transaction()
         except Exception as exc:
+            if is_aborted_by_coordinator(exc):
+                raise self._fenced() from exc
             mapped = self._translate(exc)
             if mapped is exc:
                 raise

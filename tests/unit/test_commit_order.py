@@ -59,7 +59,10 @@ class RecordingClient:
         self._unacked.clear()
 
     async def send_offsets_to_transaction(
-        self, offsets: Mapping[TopicPartition, int], group: GroupMetadata
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group: GroupMetadata,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
         assert not self._unacked, "offsets sent while records of the transaction are in flight"
         self.calls.append("offsets")

@@ -84,6 +84,7 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "acceptable_recovery_lag": [-1, 2.5, "10000", None],
     "max_warmup_replicas": [0, -2, 1.5, "2", None],
     "probing_rebalance_interval": [0, -1, NAN, INF, "600", None, 3_000_000],
+    "max_task_idle": [-2, NAN, INF, "1", True],
 }
 
 #: Settings whose wrong values only make sense next to others (TLS or SASL on).
