@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 BEGIN, END = "<!-- bench-results:begin -->", "<!-- bench-results:end -->"
-RECOVERY_BEGIN, RECOVERY_END = "<!-- bench-recovery:begin -->", "<!-- bench-recovery:end -->"
 
 RECOVERY_ROWS = {
     "standby": "SIGKILL, failover to a worker with a standby (table_standby_replicas=1)",
@@ -212,13 +211,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="?", default="bench-results.json", type=Path)
     parser.add_argument("--write", type=Path, help="replace the results block of this file")
+    parser.add_argument(
+        "--recovery-block",
+        default="",
+        help="write the recovery table between <!-- bench-recovery-NAME:begin/end --> instead "
+        "(a second configuration, e.g. a short session timeout)",
+    )
     args = parser.parse_args()
     result = json.loads(args.results.read_text())
     blocks = []
     if "runs" in result:
         blocks.append((render(result), BEGIN, END))
     if "recovery" in result:
-        blocks.append((render_recovery(result["recovery"]), RECOVERY_BEGIN, RECOVERY_END))
+        name = f"bench-recovery-{args.recovery_block}" if args.recovery_block else "bench-recovery"
+        blocks.append(
+            (render_recovery(result["recovery"]), f"<!-- {name}:begin -->", f"<!-- {name}:end -->")
+        )
     for block, begin, end in blocks:
         if args.write:
             write(args.write, block, begin, end)
