@@ -559,9 +559,13 @@ def summarise(runs: list[Scenario]) -> dict[str, Any]:
 
 
 async def bench_recovery(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[str, Any]:
+    jobs = args.recovery_scenarios.split(",")
+    unknown = set(jobs) - {"standby", "no-standby", "restarts"}
+    if unknown:
+        raise SystemExit(f"--recovery-scenarios: unknown {sorted(unknown)}")
     runs: list[Scenario] = []
     for index in range(1, args.repeat + 1):
-        for job in ("standby", "no-standby", "restarts"):
+        for job in jobs:
             try:
                 if job == "restarts":
                     found = await _restarts(args, bootstrap, workdir, index)

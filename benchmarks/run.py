@@ -883,6 +883,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--recovery-keys", type=int, default=1_000_000, help="table size")
     parser.add_argument(
+        "--recovery-scenarios",
+        default="standby,no-standby,restarts",
+        help="which of standby, no-standby, restarts (restart and full-restore) to run",
+    )
+    parser.add_argument(
         "--rate", type=int, default=1000, help="input records/s during the recovery runs"
     )
     parser.add_argument(
