@@ -1,4 +1,4 @@
-"""Standby replicas on the real broker: the failover of a SIGKILLed worker.
+"""Standby replicas on the real broker: the failover of a SIGKILLed worker, and warm-ups.
 
 Two workers of the keyed_sum topology with ``table_standby_replicas=1``: each holds a standby
 of the other's tasks. One is SIGKILLed in the middle of the load (inside open transactions);
@@ -120,6 +120,85 @@ async def test_failover_to_a_standby_restores_only_the_tail_and_stays_exactly_on
     assert tail < held // 2, f"restored {tail} of {held} changelog records: not a tail"
     print(f"standby failover: restored {tail} of {held} changelog records of tasks {moved}")
 
+    outcome = await check_keyed_sum(bootstrap_servers, unique, exactly_once=True)
+    assert outcome.inputs == BEFORE + DURING
+    assert (outcome.duplicates, outcome.missing, outcome.wrong, outcome.extra) == (0, 0, 0, 0), (
+        outcome.problems
+    )
+
+
+@pytest.mark.slow
+async def test_a_worker_behind_warms_up_first_and_takes_tasks_only_once_caught_up(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    """KIP-441's warm-up: a worker joining with no state is not given tasks whose changelogs
+    it would have to restore while their owner is caught up; it gets warm-up standbys, and a
+    probing rebalance moves the tasks once those caught up, so it restores only a tail."""
+    env = worker_env(bootstrap_servers, unique, "exactly_once_v2")
+    env.update(
+        {
+            "STREAMS_APP_TABLE_STANDBY_REPLICAS": "1",
+            # Not 0: an active task's store stops at its last changelog record, before the
+            # commit marker, so even the caught-up owner is one offset behind the end.
+            "STREAMS_APP_ACCEPTABLE_RECOVERY_LAG": "10",
+            "STREAMS_APP_PROBING_REBALANCE_INTERVAL": "2",
+        }
+    )
+    owner, newcomer = (
+        WorkerProcess(
+            "tests.runtime.apps.keyed_sum",
+            state_dir=tmp_path / name,
+            log_path=tmp_path / f"{name}.log",
+            env=env,
+            name=name,
+        )
+        for name in ("owner", "newcomer")
+    )
+    observer = KafkaObserver(bootstrap_servers)
+    await observer.__aenter__()
+    group, source = f"ks-{unique}", f"ks-in-{unique}"
+    try:
+        owner.start()
+        await asyncio.to_thread(owner.wait_assigned)
+        await produce_keyed(bootstrap_servers, source, BEFORE, seed=1, keys=KEYS)
+        await wait_until(
+            lambda: observer.committed_equals_end(group, source), timeout=180, interval=0.2
+        )
+        newcomer.start()
+        await asyncio.to_thread(newcomer.wait_for_log, "(warm-up)", 60)
+        # Its first generation: warm-ups only; the owner, caught up, keeps every task.
+        assert last_assignment(newcomer) == set(), newcomer.tail()
+        assert last_assignment(owner) == {0, 1, 2, 3}, owner.tail()
+        assert "restoring " not in newcomer.log_since_start()
+
+        async def moved() -> bool:
+            return bool(last_assignment(newcomer))
+
+        await asyncio.to_thread(newcomer.wait_for_log, "probing rebalance", 60)
+        await wait_until(moved, timeout=120, interval=0.1)
+        taken = last_assignment(newcomer)
+        assert taken.isdisjoint(last_assignment(owner))
+
+        await produce_keyed(bootstrap_servers, source, DURING, seed=2, keys=KEYS)
+        await wait_until(
+            lambda: observer.committed_equals_end(group, source), timeout=180, interval=0.2
+        )
+        assert newcomer.terminate() == 0, newcomer.tail()
+        assert owner.terminate() == 0, owner.tail()
+    finally:
+        await observer.__aexit__()
+        for worker in (owner, newcomer):
+            if worker.running:
+                worker.kill()
+
+    # The moved tasks were restored from the warm-up's offsets, never from the beginning.
+    starts = {
+        int(p): int(start)
+        for line in _RESTORING.findall(newcomer.log_since_start())
+        for p, start, _end in _RANGE.findall(line)
+    }
+    for p in taken:
+        assert starts.get(p) != 0, f"changelog[{p}] was restored from the beginning"
     outcome = await check_keyed_sum(bootstrap_servers, unique, exactly_once=True)
     assert outcome.inputs == BEFORE + DURING
     assert (outcome.duplicates, outcome.missing, outcome.wrong, outcome.extra) == (0, 0, 0, 0), (
