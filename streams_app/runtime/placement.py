@@ -11,7 +11,8 @@ The rules, in the order they are applied:
    stays with the worker that ran it last while that worker has room; the others go to the
    workers below their share first, preferring one that is caught up, then the smallest lag.
 2. **Availability before balance.** A worker is *caught up* on a task when its local state for
-   the task is within ``acceptable_recovery_lag`` changelog records of the end. If the target
+   the task is within ``acceptable_recovery_lag`` changelog records of the end (the task's
+   owner of the last generation always is: its lag is its own commit markers). If the target
    worker is not caught up but another worker is, the task runs on a caught-up worker (the
    previous owner first, then the least loaded) and the target gets a *warm-up*: a standby
    that builds the state, bounded by ``max_warmup_replicas`` for the whole group. The task
@@ -83,7 +84,14 @@ class Lags:
         self.acceptable = acceptable
 
     def lag(self, client: Client, task: TaskId) -> int | None:
-        """Changelog records behind the end; None when the client holds no state for it."""
+        """Changelog records behind the end; None when the client holds no state for it.
+
+        The task's owner of the last generation is never behind (Kafka Streams reports a
+        running active task as ``LATEST_OFFSET``): whatever lies between its store and the
+        end is its own commit markers and uncommitted tail, which it has no need to restore.
+        """
+        if task in client.previous_active:
+            return 0
         offset = client.offsets.get(task)
         if offset is None:
             return None

@@ -82,6 +82,17 @@ def test_a_caught_up_warm_up_takes_its_task() -> None:
     assert len(result["b"].active) + len(result["a"].active) == 4
 
 
+def test_the_running_owner_counts_as_caught_up_whatever_its_offsets() -> None:
+    # Its store stops before the commit markers (and its own open transaction): with an
+    # acceptable lag of 0 it is still the one caught-up worker, so the newcomer warms up.
+    a = Client("a", previous_active=frozenset(T), offsets=dict.fromkeys(T, 990))
+    b = Client("b")
+    result = place(T, ENDS, [a, b], PlacementConfig(acceptable_recovery_lag=0))
+    assert result["a"].active == set(T)
+    assert len(result["b"].warmup) == 2
+    assert result["b"].active == set()
+
+
 def test_when_nobody_is_caught_up_the_least_behind_restores() -> None:
     b = Client("b", offsets={T[0]: 500})
     c = Client("c", offsets={T[0]: 100})
