@@ -32,11 +32,11 @@ from typing import Any
 import aiokafka.errors as aerrors
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.cluster import ClusterMetadata
-from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
+from aiokafka.partitioner import murmur2
 from aiokafka.structs import OffsetAndMetadata
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
@@ -54,6 +54,13 @@ from streams_app.kafka import (
 )
 from streams_app.kafka import logs as kafka_logs
 from streams_app.kafka.admin import unavailable
+from streams_app.kafka.assignor import (
+    AddressRangeAssignor,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from streams_app.transport.base import (
     BrokerLimits,
     CommittedOffset,
@@ -212,6 +219,9 @@ class KafkaTransport:
     def admin(self) -> KafkaAdminClient:
         return KafkaAdminClient(self._bootstrap, self._security, self.principal)
 
+    def partition_for_key(self, key: bytes, partitions: int) -> int:
+        return (int(murmur2(key)) & 0x7FFFFFFF) % partitions
+
 
 # -- consumer ------------------------------------------------------------------------------
 
@@ -243,25 +253,45 @@ class _ListenerAdapter(ConsumerRebalanceListener):  # type: ignore[misc]
             self._client._listener_error = exc
 
 
+def _frame(ours: bytes, addresses: bytes) -> bytes:
+    """Our assignor's user data and the web-address user data in one field: a 4-byte length,
+    then each part (only members of our protocol read it)."""
+    return len(ours).to_bytes(4, "big") + ours + addresses
+
+
+def _unframe(data: bytes) -> tuple[bytes, bytes]:
+    if len(data) < 4:
+        return data, b""
+    size = int.from_bytes(data[:4], "big")
+    if size > len(data) - 4:
+        return data, b""
+    return data[4 : 4 + size], data[4 + size :]
+
+
 class _AssignorAdapter:
     """A :class:`~streams_app.transport.base.GroupAssignor` as aiokafka runs assignors.
 
     aiokafka calls ``name``, ``metadata``, ``assign`` and ``on_assignment`` on whatever object
     is in ``partition_assignment_strategy`` (an instance works as well as the class-level
     assignors it ships), and our coordinator awaits ``prepare_assignment`` before ``assign``
-    (``streams_app.kafka.consumer``). This adapter only converts between aiokafka's structs and
-    the transport's plain ones.
+    (``streams_app.kafka.consumer``). This adapter converts between aiokafka's structs and the
+    transport's plain ones, and carries the members' web addresses next to the assignor's own
+    user data, as :class:`~streams_app.kafka.assignor.AddressRangeAssignor` does under range:
+    ``partition_hosts`` works whichever protocol the group chose.
     """
 
     version = 0
 
-    def __init__(self, assignor: GroupAssignor) -> None:
+    def __init__(self, assignor: GroupAssignor, hosts: AddressRangeAssignor) -> None:
         self._assignor = assignor
+        self._hosts = hosts
         self.name = assignor.name
 
     def metadata(self, topics: Collection[str]) -> ConsumerProtocolMemberMetadata:
         return ConsumerProtocolMemberMetadata(
-            self.version, sorted(topics), self._assignor.subscription_data()
+            self.version,
+            sorted(topics),
+            _frame(self._assignor.subscription_data(), encode_subscription(self._hosts.address)),
         )
 
     async def prepare_assignment(self) -> None:
@@ -272,10 +302,12 @@ class _AssignorAdapter:
         cluster: ClusterMetadata,
         members: Mapping[str, ConsumerProtocolMemberMetadata],
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
-        subscriptions = {
-            member_id: MemberSubscription(tuple(meta.subscription), bytes(meta.user_data or b""))
-            for member_id, meta in members.items()
-        }
+        subscriptions: dict[str, MemberSubscription] = {}
+        addresses: dict[str, str | None] = {}
+        for member_id, meta in members.items():
+            ours, address = _unframe(bytes(meta.user_data or b""))
+            subscriptions[member_id] = MemberSubscription(tuple(meta.subscription), ours)
+            addresses[member_id] = decode_subscription(address)
         counts: dict[str, int] = {}
         for subscription in subscriptions.values():
             for topic in subscription.topics:
@@ -283,6 +315,13 @@ class _AssignorAdapter:
                 if partitions:
                     counts[topic] = len(partitions)
         planned = self._assignor.assign(subscriptions, counts)
+        hosts: dict[str, dict[str, list[int]]] = {}
+        for member_id, assignment in planned.items():
+            host = addresses.get(member_id)
+            if host is not None:
+                for topic, partition in assignment.partitions:
+                    hosts.setdefault(host, {}).setdefault(topic, []).append(partition)
+        host_data = encode_assignment(hosts)
         out: dict[str, ConsumerProtocolMemberAssignment] = {}
         for member_id in members:
             assignment = planned.get(member_id, MemberAssignment(()))
@@ -292,16 +331,15 @@ class _AssignorAdapter:
             out[member_id] = ConsumerProtocolMemberAssignment(
                 self.version,
                 sorted((topic, sorted(ps)) for topic, ps in by_topic.items()),
-                assignment.user_data,
+                _frame(assignment.user_data, host_data),
             )
         return out
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
+        ours, host_data = _unframe(bytes(assignment.user_data or b""))
+        self._hosts.hosts = decode_assignment(host_data)
         self._assignor.on_assignment(
-            MemberAssignment(
-                tuple(_ours(tp) for tp in assignment.partitions()),
-                bytes(assignment.user_data or b""),
-            )
+            MemberAssignment(tuple(_ours(tp) for tp in assignment.partitions()), ours)
         )
 
 
@@ -331,6 +369,8 @@ class KafkaConsumerClient:
         self._pending: tuple[str, Any] | None = None
         self._listener_error: Exception | None = None
         self._leaving: asyncio.Task[None] | None = None
+        #: Range assignment that also publishes ``application_server`` to the group.
+        self._assignor = AddressRangeAssignor(config.application_server)
 
     @property
     def _c(self) -> StableConsumer:
@@ -381,8 +421,8 @@ class KafkaConsumerClient:
         so a group that still has members of an older version (range only) keeps working,
         with range's co-partitioned assignment and no standbys, until they are gone."""
         if self._config.assignor is None:
-            return (RangePartitionAssignor,)
-        return (_AssignorAdapter(self._config.assignor), RangePartitionAssignor)
+            return (self._assignor,)
+        return (_AssignorAdapter(self._config.assignor, self._assignor), self._assignor)
 
     def request_rebalance(self) -> None:
         if self._consumer is not None:
@@ -519,6 +559,27 @@ class KafkaConsumerClient:
             return self._consumer.group_metadata()
         except aerrors.IllegalOperation as exc:
             raise TransportError(str(exc)) from exc
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        if self._consumer is None:
+            return None
+        try:
+            found = self._consumer.highwater(_aio(tp))
+        except (AssertionError, AttributeError, aerrors.IllegalStateError):
+            return None  # not assigned (any more), or no subscription yet
+        return None if found is None else int(found)
+
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        if self._consumer is None:
+            return None
+        try:
+            found = self._consumer.last_stable_offset(_aio(tp))
+        except (AssertionError, AttributeError, aerrors.IllegalStateError):
+            return None
+        return None if found is None or found < 0 else int(found)
+
+    def partition_hosts(self) -> Mapping[TopicPartition, str]:
+        return {_ours(tp): address for tp, address in self._assignor.hosts.items()}
 
 
 # -- producer ------------------------------------------------------------------------------

@@ -84,6 +84,11 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "acceptable_recovery_lag": [-1, 2.5, "10000", None],
     "max_warmup_replicas": [0, -2, 1.5, "2", None],
     "probing_rebalance_interval": [0, -1, NAN, INF, "600", None, 3_000_000],
+    "web_enabled": ["yes", 1, None],
+    "web_bind": ["", "local host", None, 127],
+    "web_port": [-1, 65536, "6066", 1.5, True],
+    "web_host": ["", "http://x", "a b", 5],
+    "progress_interval": [0, -1, NAN, "5"],
     "max_task_idle": [-2, NAN, INF, "1", True],
 }
 
@@ -122,7 +127,11 @@ CASES = [
 
 
 @pytest.mark.parametrize(("name", "value"), CASES)
-def test_wrong_value_names_the_setting_the_value_and_the_fix(name: str, value: Any) -> None:
+def test_wrong_value_names_the_setting_the_value_and_the_fix(
+    name: str, value: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The test plugin sets STREAMS_APP_WEB_PORT=0 for every worker; the environment would win.
+    monkeypatch.delenv("STREAMS_APP_WEB_PORT", raising=False)
     kwargs = dict(CONTEXT.get(name, {}))
     if name in ("sasl_username", "sasl_password") and value == "":
         kwargs.update(security_protocol="SASL_SSL", sasl_mechanism="PLAIN")
