@@ -213,3 +213,13 @@ def test_a_worker_without_state_counts_as_caught_up_on_a_short_changelog() -> No
     result = place(T, ENDS, [a, b], PlacementConfig(acceptable_recovery_lag=1000))
     assert len(result["b"].active) == 2  # 1000 records to restore is acceptable: move now
     assert not result["b"].warmup
+
+
+def test_web_addresses_travel_next_to_the_assignor_user_data() -> None:
+    from streams_app.transport.kafka import _frame, _unframe
+
+    assert _unframe(_frame(b"SA1{}", b"S1{...}")) == (b"SA1{}", b"S1{...}")
+    assert _unframe(_frame(b"", b"")) == (b"", b"")
+    # Bytes that are not ours (too short, or a length past the end) are passed through whole.
+    assert _unframe(b"ab") == (b"ab", b"")
+    assert _unframe(b"\xff\xff\xff\xffxyz") == (b"\xff\xff\xff\xffxyz", b"")
