@@ -10,6 +10,8 @@ from streams_app.app.context import Event
 from streams_app.errors import (
     BrokerUnavailable,
     ConfigError,
+    NullKeyError,
+    RecordError,
     StreamsAppError,
     TopologyError,
     WorkerStopped,
@@ -23,6 +25,8 @@ __all__ = [
     "BrokerUnavailable",
     "ConfigError",
     "Event",
+    "NullKeyError",
+    "RecordError",
     "Settings",
     "Stream",
     "StreamsAppError",
