@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,8 @@ AT_MOST_ONCE = "at_most_once"
 GUARANTEES = (EXACTLY_ONCE_V2, AT_LEAST_ONCE, AT_MOST_ONCE)
 ERROR_POLICIES = ("retry", "stop", "dlq")
 ENV_PREFIX = "STREAMS_APP_"
+#: What Kafka accepts as a topic name (kafka.common.internals.Topic).
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 #: Settings that are secrets: never printed, never logged.
 SECRET_SETTINGS = frozenset({"sasl_password", "ssl_password"})
@@ -48,12 +51,16 @@ class Settings:
     max_poll_records: int = 2_000
     topic_partitions: int = 8
     topic_replication_factor: int = 1
-    #: What to do when an agent raises: retry (with backoff), stop the worker, or dlq.
-    error_policy: str = "retry"
+    #: What happens to a record whose agent still fails after ``max_retries`` retries: ``dlq``
+    #: (to the dead-letter topic, processing goes on), ``stop`` (the worker stops naming it),
+    #: ``retry`` (never give up: only its partition waits). See docs/guarantees.md.
+    error_policy: str = "dlq"
+    #: Backoff before the first retry of a failing record, doubling up to retry_backoff_max;
+    #: only the record's partition waits meanwhile.
     retry_backoff: float = 0.1
     retry_backoff_max: float = 10.0
-    #: Retries of one record before giving up (then the worker stops); None: forever.
-    max_retries: int | None = None
+    #: Retries of a failing record before error_policy applies; None: forever.
+    max_retries: int | None = 3
     #: Dead-letter topic name; ``{topic}`` is replaced by the source topic.
     dead_letter_topic: str = "{topic}.dlq"
     #: Add src_topic / src_partition / src_offset headers to every record sent while processing.
@@ -65,6 +72,9 @@ class Settings:
     restore_timeout: float = 300.0
     producer_linger_ms: int = 5
     producer_max_batch_size: int = 256 * 1024
+    #: The producer's ``max.request.size``: no record (output, changelog, dead letter) larger
+    #: than this is sent. Raise it together with the broker's ``message.max.bytes``.
+    max_request_size: int = 1024 * 1024
     compression_type: str | None = None
     # Security: passed through to the Kafka clients unchanged.
     security_protocol: str = "PLAINTEXT"
@@ -208,6 +218,29 @@ class Settings:
         if "{topic}" not in self.dead_letter_topic and not self.dead_letter_topic:
             raise ConfigError(
                 "dead_letter_topic", "is empty", "use e.g. '{topic}.dlq' or a fixed topic name"
+            )
+        dead_letter = self.dead_letter_topic.replace("{topic}", "t")
+        if dead_letter.startswith("__") or not _LEGAL_TOPIC.fullmatch(dead_letter):
+            raise ConfigError(
+                "dead_letter_topic",
+                f"{self.dead_letter_topic!r} is not a topic dead letters can go to (Kafka "
+                "reserves names starting with '__' for its internal topics; names are up to 249 "
+                "of a-z A-Z 0-9 . _ -)",
+                "use e.g. '{topic}.dlq' or a fixed topic name of your own",
+            )
+        if self.max_retries is not None and (
+            not isinstance(self.max_retries, int) or self.max_retries < 0
+        ):
+            raise ConfigError(
+                "max_retries",
+                f"{self.max_retries!r} is not a number of retries",
+                "use 0 or more (0: the error policy applies at the first failure), or None",
+            )
+        if not isinstance(self.max_request_size, int) or self.max_request_size < 1024:
+            raise ConfigError(
+                "max_request_size",
+                f"{self.max_request_size!r} is below 1024 bytes",
+                "use the broker's message.max.bytes or less, e.g. 1048576",
             )
         for name in ("topic_partitions", "topic_replication_factor", "max_poll_records"):
             if getattr(self, name) < 1:

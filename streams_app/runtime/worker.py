@@ -17,18 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streams_app.app.context import Event, SendFuture, current_event, current_runtime
-from streams_app.codecs import DecodeError
+from streams_app.codecs import DecodeError, TombstoneError
 from streams_app.errors import WorkerStopped
 from streams_app.runtime import guarantees
 from streams_app.runtime.actor import AgentRunner
 from streams_app.runtime.clock import Clock, SystemClock
 from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN, Committer
-from streams_app.runtime.errors_policy import (
-    Decision,
-    ErrorPolicy,
-    Failure,
-    dead_letter_headers,
-)
+from streams_app.runtime.dead_letters import DeadLetter, DeadLetters
+from streams_app.runtime.errors_policy import Decision, ErrorPolicy, Failure, is_bad_record
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.task import RUNNING, Task
 from streams_app.runtime.task_manager import TaskManager
@@ -44,7 +40,7 @@ from streams_app.transport.base import (
     TopicPartition,
     Transport,
 )
-from streams_app.transport.errors import TransportError
+from streams_app.transport.errors import TransportError, is_record_rejected
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
@@ -60,10 +56,16 @@ H_TXN_ID = "txn_id"
 H_GENERATION = "generation"
 
 
+def _nothing() -> None:
+    pass
+
+
 class AgentFailed(Exception):
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.describe())
-        self.failure = failure
+    """Agents failed on records of the batch being processed (one failure per record)."""
+
+    def __init__(self, failures: list[Failure]) -> None:
+        super().__init__("; ".join(f.describe() for f in failures))
+        self.failures = failures
 
 
 class Worker:
@@ -95,9 +97,11 @@ class Worker:
         self.stopped = asyncio.Event()
         self._stop_requested = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._backoff_until = 0.0
+        #: Partitions paused while a failed record of theirs backs off -> when they resume.
+        self.backing_off: dict[TopicPartition, float] = {}
         self.records_processed = 0
-        self.dead_lettered = 0
+        #: Records handed to the agents since the last time they were all done.
+        self._fed = 0
         self.error: BaseException | None = None
         # set in start()
         self.directory: StateDirectory | None = None
@@ -109,6 +113,7 @@ class Worker:
         self._producer: StreamsProducer | None = None
         self._tasks: TaskManager | None = None
         self._committer: Committer | None = None
+        self._dead_letters: DeadLetters | None = None
 
     # -- accessors (valid once started) ---------------------------------------------------
 
@@ -131,6 +136,16 @@ class Worker:
     def committer(self) -> Committer:
         assert self._committer is not None, "worker not started"
         return self._committer
+
+    @property
+    def dead_letters(self) -> DeadLetters:
+        assert self._dead_letters is not None, "worker not started"
+        return self._dead_letters
+
+    @property
+    def dead_lettered(self) -> int:
+        """Records committed to dead-letter topics so far."""
+        return self._dead_letters.committed_count if self._dead_letters is not None else 0
 
     @property
     def admin(self) -> AdminClient:
@@ -196,6 +211,9 @@ class Worker:
             clock=self.clock,
         )
         await self._producer.start()  # exactly-once: fences our previous incarnation
+        self._dead_letters = DeadLetters(
+            self._producer, self.plan.dead_letter_topics, self.plan.partition_counts
+        )
         self._restore_consumer = self.transport.consumer(guarantees.restore_consumer_config(conf))
         await self._restore_consumer.start()
         self._consumer = self.transport.consumer(guarantees.consumer_config(conf))
@@ -209,6 +227,7 @@ class Worker:
             changelog_topic=lambda table: plan.changelog_topics[table],
             clear_inboxes=self.runner.clear_inboxes,
             clock=self.clock,
+            on_commit=self._on_commit,
         )
         now = self.clock.monotonic()
         self._timer_due = {t.name: now + t.interval for t in self.app.timers}
@@ -259,12 +278,8 @@ class Worker:
         stop = self._stop_requested
         poll_ms = max(5, min(100, int(interval * 1000)))
         while not stop.is_set():
-            if self._backoff_until:
-                delay = self._backoff_until - self.clock.monotonic()
-                self._backoff_until = 0.0
-                if delay > 0:
-                    await self._sleep_unless_stopped(delay)
-                    continue
+            if self.backing_off:
+                await self._resume_backed_off()
             if self.tasks.restoring():
                 await self._restore()
                 continue
@@ -272,8 +287,8 @@ class Worker:
                 timeout_ms=poll_ms, max_records=conf.max_poll_records
             )
             async with self._lock:
-                if self._timer_due:
-                    await self._run_due_timers()
+                if self._timer_due and await self._run_due_timers():
+                    continue  # a timer failed: the abort rewound the consumer past this batch
                 if not batch and self.committer.due(interval, conf.commit_every):
                     # Idle: a trailing transaction marker may have moved the position.
                     await self._sync_positions(list(self.tasks.by_tp))
@@ -288,30 +303,31 @@ class Worker:
                 if self.conf.processing_guarantee == AT_MOST_ONCE:
                     await committer.commit_offsets_before_processing(self._batch_offsets(batch))
                 await self._process(batch)
-            if committer.due(interval, self.conf.commit_every) and await committer.commit():
-                self.policy.succeeded()
+            if committer.due(interval, self.conf.commit_every):
+                await committer.commit()
         except AgentFailed as failed:
-            await self._on_agent_failure(failed.failure)
+            await self._on_agent_failures(failed.failures)
         except MIGRATED as exc:
+            self.dead_letters.aborted()
             await self._on_migrated(exc)
-        except PRODUCER_BROKEN as exc:
+        except TransportError as exc:  # PRODUCER_BROKEN and any other transaction failure
             log.warning("transaction failed (%s): aborting and retrying", type(exc).__name__)
             await committer.abort(recreate_producer=True)
-            await self.runner.restart()
-        except TransportError as exc:
-            log.warning("transaction failed (%s): aborting and retrying", type(exc).__name__)
-            await committer.abort(recreate_producer=True)
+            # A dead letter refused for good stops the worker naming its record; an output
+            # refused for good stops it too: committing again would fail the same way.
+            self.dead_letters.raise_if_refused()
+            if is_record_rejected(exc):
+                raise WorkerStopped(
+                    f"{exc}: the transaction cannot commit, and every retry would fail the same "
+                    "way. Stopping; nothing of it was committed. Fix: raise max_request_size and "
+                    "the topic's max.message.bytes if the record is too large, or grant the "
+                    "worker WRITE on the topic; then restart"
+                ) from exc
             await self.runner.restart()
 
-    async def _sleep_unless_stopped(self, seconds: float) -> None:
-        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
-        stopper = asyncio.ensure_future(self._stop_requested.wait())
-        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        for pending in (sleeper, stopper):
-            pending.cancel()
-
-    async def _run_due_timers(self) -> None:
-        """Run timers whose time has come; what they send joins the open transaction."""
+    async def _run_due_timers(self) -> bool:
+        """Run timers whose time has come; what they send joins the open transaction.
+        Returns whether one failed (and the transaction was aborted)."""
         now = self.clock.monotonic()
         for timer in self.app.timers:
             due = self._timer_due.get(timer.name)
@@ -321,8 +337,9 @@ class Worker:
             try:
                 await timer.fun()
             except Exception as exc:
-                await self._on_agent_failure(Failure.of(f"timer:{timer.name}", exc, None))
-                return
+                await self._on_agent_failures([Failure.of(f"timer:{timer.name}", exc, None)])
+                return True
+        return False
 
     def _batch_offsets(
         self, batch: Mapping[TopicPartition, Sequence[RecordLike]]
@@ -331,25 +348,68 @@ class Worker:
 
     async def _process(self, batch: Mapping[TopicPartition, Sequence[RecordLike]]) -> None:
         by_tp = self.tasks.by_tp
-        processed = 0
+        self._fed = 0  # what an earlier, failed batch fed does not count
+        retried = self._retried_partitions()
+        held: list[tuple[Task, TopicPartition, Sequence[RecordLike]]] = []
         for tp, records in batch.items():
             task = by_tp.get(tp)
             if task is None or not records:
                 continue  # revoked: the new owner processes them
+            key = TopicPartition(tp[0], tp[1])
             if task.state != RUNNING:
                 # Not restored yet (its partitions should be paused): fetch these again later.
-                key = TopicPartition(tp[0], tp[1])
                 self.consumer.seek(key, task.offsets.get(key, records[0].offset))
                 continue
-            processed += await self._dispatch(task, TopicPartition(tp[0], tp[1]), records)
+            if key in retried:
+                index = self._first_retry(key, records)
+                if index is not None:
+                    await self._dispatch(task, key, records[:index])
+                    held.append((task, key, records[index:]))
+                    continue
+            await self._dispatch(task, key, records)
+        await self._agents_done()
+        for task, key, records in held:
+            # A record that failed before is tried again in a transaction of its own, so that
+            # if it fails again its abort takes nothing else with it: commit first.
+            await self.committer.commit()
+            await self._dispatch(task, key, records[:1])
+            await self._agents_done()
+            await self._dispatch(task, key, records[1:])
+            await self._agents_done()
+        await self._sync_positions(batch)
+
+    async def _agents_done(self) -> None:
+        """Wait until the agents have processed everything handed to them; raise their
+        failures (one per record)."""
         await self.runner.wait_idle()
+        failures: dict[tuple[str, int, int] | None, Failure] = {}
         for actor in self.runner.failed():
             error = actor.error
             assert error is not None
-            raise AgentFailed(Failure.of(actor.name, error, actor.failed_event))
-        self.records_processed += processed
-        self.committer.records_since_commit += processed
-        await self._sync_positions(batch)
+            failure = Failure.of(actor.name, error, actor.failed_event)
+            failures.setdefault(failure.position, failure)
+        if failures:
+            raise AgentFailed(list(failures.values()))
+        self.records_processed += self._fed
+        self.committer.records_since_commit += self._fed
+        self._fed = 0
+
+    def _retried_partitions(self) -> set[TopicPartition]:
+        attempts = self.policy.attempts
+        if not attempts or self.conf.processing_guarantee == AT_MOST_ONCE:
+            return set()
+        poisoned = self.policy.poisoned
+        return {TopicPartition(p[0], p[1]) for p in attempts if p not in poisoned}
+
+    def _first_retry(self, tp: TopicPartition, records: Sequence[RecordLike]) -> int | None:
+        """Index of the first record of ``records`` that failed before (and is to be retried)."""
+        attempts, poisoned = self.policy.attempts, self.policy.poisoned
+        expected = self.tasks.by_tp[tp].offsets.get(tp, 0)
+        for index, record in enumerate(records):
+            position = (tp.topic, tp.partition, record.offset)
+            if record.offset >= expected and position in attempts and position not in poisoned:
+                return index
+        return None
 
     async def _sync_positions(self, partitions: Iterable[TopicPartition]) -> None:
         """Step the next-offset-to-commit over transaction markers (KAFKA-6607).
@@ -372,11 +432,13 @@ class Worker:
     async def _dispatch(self, task: Task, tp: TopicPartition, records: Sequence[RecordLike]) -> int:
         topic = self.app.topics[tp.topic]
         load_key, load_value = topic.key_codec.loads, topic.value_codec.loads
+        tombstones = topic.accepts_tombstones
         streams = [
             actors[tp.partition % len(actors)].input for actors in self.runner.actor_lists(tp.topic)
         ]
         forwarders = self.runner.forwarders.get(tp.topic, ())
-        poisoned = self.policy.poisoned
+        policy = self.policy
+        poisoned = policy.poisoned
         offsets = task.offsets
         expected = offsets.get(tp, 0)
         count = 0
@@ -385,18 +447,29 @@ class Worker:
             if offset < expected:
                 continue  # fetched before a rewind or rebalance: already processed
             if poisoned:
-                failure = self.policy.take_poisoned(tp.topic, tp.partition, offset)
-                if failure is not None:
-                    await self._dead_letter(record, failure.error, failure.agent)
+                failure = policy.poison_for(tp.topic, tp.partition, offset)
+                if failure is not None:  # decided before the abort that brought it round
+                    position = (tp.topic, tp.partition, offset)
+                    await self._dead_letter(
+                        record, failure.error, failure.agent, policy.attempts_of(position)
+                    )
                     offsets[tp] = offset + 1
                     continue
             raw_key, raw_value = record.key, record.value
             try:
                 key = None if raw_key is None else load_key(raw_key)
-                value = None if raw_value is None else load_value(raw_value)
+                if raw_value is not None:
+                    value = load_value(raw_value)
+                elif tombstones:
+                    value = None
+                else:
+                    raise TombstoneError(
+                        f"a record without a value (tombstone) on {tp.topic}, whose values are "
+                        "a Record model"
+                    )
             except Exception as exc:  # a poison record: dead-letter it, never crash-loop
                 error = exc if isinstance(exc, DecodeError) else DecodeError(str(exc))
-                await self._dead_letter(record, error, None)
+                await self._dead_letter(record, error, None, 0)
                 offsets[tp] = offset + 1
                 continue
             event = Event(
@@ -420,63 +493,124 @@ class Worker:
                         await forwarder.forward(event)
                 except Exception as exc:
                     name = f"group_by:{forwarder.target.name}"
-                    raise AgentFailed(Failure.of(name, exc, event)) from exc
+                    raise AgentFailed([Failure.of(name, exc, event)]) from exc
                 finally:
                     current_event.reset(token)
             offsets[tp] = offset + 1
             count += 1
+        self._fed += count
         return count
 
     async def _dead_letter(
-        self, record: RecordLike, error: BaseException, agent: str | None
+        self, record: RecordLike, error: BaseException, agent: str | None, attempts: int
     ) -> None:
-        assert self.plan is not None
-        topic = self.plan.dead_letter_topics[record.topic]
-        log.warning(
-            "record %s[%d]@%d goes to dead-letter topic %s (%s)",
-            record.topic,
-            record.partition,
-            record.offset,
-            topic,
-            type(error).__name__,
+        await self.dead_letters.send(
+            DeadLetter(
+                record.topic,
+                record.partition,
+                record.offset,
+                record.key,
+                record.value,
+                tuple(record.headers),
+                error,
+                agent,
+                attempts,
+            )
         )
-        await self.producer.send(
-            topic,
-            key=record.key,
-            value=record.value,
-            partition=record.partition,
-            headers=dead_letter_headers(
-                error=error,
-                topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-                agent=agent,
-                original=tuple(record.headers),
-            ),
-        )
-        self.dead_lettered += 1
 
     # -- failure handling -----------------------------------------------------------------
 
-    async def _on_agent_failure(self, failure: Failure) -> None:
-        decision = self.policy.decide(failure)
-        log.error(
-            "%s; policy %s -> %s",
-            failure.describe(),
-            self.conf.error_policy,
-            decision.value,
-            exc_info=failure.error,
-        )
+    async def _on_agent_failures(self, failures: list[Failure]) -> None:
+        """Decide per record, undo the transaction once, then carry the decisions out.
+
+        Retried records pause only their own partition for the backoff: every other partition
+        is processed and committed meanwhile (see :mod:`streams_app.runtime.errors_policy`).
+        """
+        decisions = [(failure, self.policy.decide(failure)) for failure in failures]
+        for failure, decision in decisions:
+            if is_bad_record(failure.error) and decision is Decision.DEAD_LETTER:
+                log.warning("%s: a bad record, no retry can help", failure.describe())
+                continue
+            log.error(
+                "%s; policy %s -> %s%s",
+                failure.describe(),
+                self.conf.error_policy,
+                decision.value,
+                self._retry_note(failure, decision),
+                exc_info=failure.error,
+            )
         if self.conf.processing_guarantee == AT_MOST_ONCE:
-            # The offsets were committed before processing: the record is simply lost.
+            # The offsets were committed before processing: nothing to undo, nothing to retry.
             await self.runner.restart()
+            for failure, decision in decisions:
+                if decision is Decision.DEAD_LETTER and failure.event is not None:
+                    await self._dead_letter_event(failure)
         else:
             await self.committer.abort()
+            self.dead_letters.aborted()
             await self.runner.restart()
-        if decision is Decision.STOP:
-            raise WorkerStopped(failure.describe()) from failure.error
-        if decision is Decision.RETRY:
-            self._backoff_until = self.clock.monotonic() + self.policy.backoff(failure)
+        for failure, decision in decisions:
+            if decision is Decision.STOP:
+                raise WorkerStopped(failure.describe()) from failure.error
+        for failure, decision in decisions:
+            if decision is Decision.RETRY:
+                self._back_off(failure)
+
+    def _retry_note(self, failure: Failure, decision: Decision) -> str:
+        if decision is not Decision.RETRY or failure.position is None:
+            return ""
+        attempts = self.policy.attempts_of(failure.position)
+        limit = self.conf.max_retries if self.conf.error_policy != "retry" else None
+        of = f"/{limit}" if limit is not None else ""
+        return f" (retry {attempts}{of} in {self.policy.backoff(failure.position):g}s)"
+
+    async def _dead_letter_event(self, failure: Failure) -> None:
+        """At-most-once: dead-letter a failed record at once (it will not come round)."""
+        event = failure.event
+        assert event is not None and failure.position is not None
+        self.policy.poisoned.pop(failure.position, None)
+        await self.dead_letters.send(
+            DeadLetter(
+                event.topic,
+                event.partition,
+                event.offset,
+                event.raw_key,
+                event.raw_value,
+                event.headers,
+                failure.error,
+                failure.agent,
+                self.policy.attempts_of(failure.position),
+            )
+        )
+
+    def _back_off(self, failure: Failure) -> None:
+        """Pause the failed record's partition until its backoff is over."""
+        tp, position = failure.tp, failure.position
+        if tp is None or position is None or tp not in self.tasks.by_tp:
+            return
+        delay = self.policy.backoff(position)
+        until = self.clock.monotonic() + delay
+        self.consumer.pause([tp])
+        self.backing_off[tp] = max(until, self.backing_off.get(tp, 0.0))
+        # Nothing needs to run then (the loop looks at every turn), but a manual clock (the
+        # test driver) learns that time has to pass.
+        self.clock.call_later(delay, _nothing)
+
+    async def _resume_backed_off(self) -> None:
+        now = self.clock.monotonic()
+        due = [tp for tp, until in self.backing_off.items() if until <= now]
+        if not due:
+            return
+        async with self._lock:
+            for tp in due:
+                self.backing_off.pop(tp, None)
+            owned = [tp for tp in due if tp in self.tasks.by_tp]
+            if owned:
+                self.consumer.resume(owned)
+
+    def _on_commit(self, committed: Mapping[TopicPartition, int]) -> None:
+        self.policy.committed(committed)
+        self.dead_letters.committed()
 
     async def _on_migrated(self, exc: BaseException) -> None:
         await self.committer.task_migrated(exc)
@@ -575,6 +709,8 @@ class _RebalanceListener:
                     await worker.producer.recreate()
             worker.tasks.close_all()
             worker.committer.group = None
+            worker.dead_letters.aborted()
+            worker.backing_off.clear()  # a new assignment starts unpaused
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         worker = self.worker
@@ -584,6 +720,7 @@ class _RebalanceListener:
             consumer = worker.consumer
             worker.committer.group = consumer.group_metadata()
             tps = sorted(TopicPartition(tp[0], tp[1]) for tp in assigned)
+            worker.policy.keep_only(tps)  # decisions about partitions now elsewhere are moot
             tasks = worker.tasks.assign(tps)
             if not tps:
                 return

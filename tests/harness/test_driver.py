@@ -129,13 +129,14 @@ async def test_an_agent_error_aborts_and_the_retry_succeeds(
 
 
 async def test_the_stop_policy_stops_the_worker(topology_driver: DriverFactory) -> None:
-    app, _ = failing_app(fail_times=1, error_policy="stop")
+    app, attempts = failing_app(fail_times=10, error_policy="stop", max_retries=2)
     async with topology_driver(app) as driver:
         await driver.pipe_many("flaky-in", RECORDS)
         with pytest.raises(WorkerFailed) as failed:
             await driver.run_until_idle()
         assert isinstance(failed.value.error, WorkerStopped)
         assert driver.workers[0].status == "failed"
+        assert attempts == {2: 3}  # the first attempt and max_retries retries
         # Nothing of the failed attempt, or after it, was committed.
         assert [v for _, v in await driver.read_key_values("flaky-echo")] in ([], [1, 2])
 

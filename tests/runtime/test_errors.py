@@ -10,7 +10,14 @@ import pytest
 
 from streams_app import App, WorkerStopped
 from streams_app.readback import read_topics
-from streams_app.runtime.errors_policy import H_ERROR_TYPE, H_SOURCE_OFFSET, H_SOURCE_TOPIC
+from streams_app.runtime.errors_policy import (
+    H_ATTEMPTS,
+    H_ERROR_TYPE,
+    H_SOURCE_OFFSET,
+    H_SOURCE_TOPIC,
+)
+from streams_app.transport.base import TopicSpec
+from tests.kafka.helpers import create_topics
 from tests.runtime.helpers import running_worker, wait_until
 
 
@@ -102,7 +109,9 @@ async def test_dlq_policy_dead_letters_the_record_once_and_goes_on(
     assert dlq[0].header(H_ERROR_TYPE) == b"RuntimeError"
     assert dlq[0].header(H_SOURCE_TOPIC) == f"in-{unique}".encode()
     assert dlq[0].header(H_SOURCE_OFFSET) == b"2"
-    assert attempts == {2: 1}
+    # Retried max_retries (3) times, each after a backoff of its partition, then dead-lettered.
+    assert dlq[0].header(H_ATTEMPTS) == b"4"
+    assert attempts == {2: 4}
 
 
 async def test_stop_policy_stops_the_worker_with_nothing_partial_visible(
@@ -146,3 +155,60 @@ async def test_undecodable_record_goes_to_the_dead_letter_topic_in_the_transacti
     assert [r.value for r in dlq] == [b"\x00poison"]
     assert dlq[0].header(H_ERROR_TYPE) == b"DecodeError"
     assert dlq[0].header(H_SOURCE_OFFSET) == b"1"
+
+
+async def test_two_poison_records_in_one_window_are_both_dead_lettered_without_livelock(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    """Two records that make the agent raise, on two partitions, fetched in one batch (one
+    uncommitted window): each failure aborts the transaction, and the dead-letter decision of
+    the first must survive the abort caused by the second."""
+    attempts: dict[int, int] = {}
+    app = failing_app(unique, bootstrap_servers, attempts, fail_times=99, error_policy="dlq")
+    topic = f"in-{unique}"
+    await create_topics(bootstrap_servers, TopicSpec(topic, 2, 1))
+    async with app.producer() as producer:  # both in the topic before the worker fetches
+        for partition in (0, 1):
+            for value in (1, 13, 2):
+                await producer.send(topic, key="a", value=value, partition=partition)
+    async with running_worker(app, tmp_path / "s") as worker:
+
+        async def done() -> bool:
+            return len((await outputs(bootstrap_servers, unique))["sum"]) >= 4
+
+        await wait_until(done, timeout=30)
+        aborts = worker.producer.transactions_aborted
+    dlq = (await read_topics(bootstrap_servers, [f"{topic}.dlq"]))[f"{topic}.dlq"]
+    assert sorted((r.partition, r.header(H_SOURCE_OFFSET)) for r in dlq) == [(0, b"1"), (1, b"1")]
+    out = await outputs(bootstrap_servers, unique)
+    assert sorted(v for _, v in out["echo"]) == [1, 1, 2, 2]
+    # Each poison record costs at most (max_retries + 1) aborts; nothing loops.
+    assert aborts <= 2 * ((app.conf.max_retries or 0) + 1)
+
+
+async def test_a_dead_letter_the_topic_refuses_stops_the_worker_instead_of_looping(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    """The dead-letter topic takes at most 2 kB (its max.message.bytes): the broker refuses
+    the copy of a 5 kB poison record at commit. Retrying would fail the same way forever, so
+    the worker stops, naming the record."""
+    attempts: dict[int, int] = {}
+    app = failing_app(unique, bootstrap_servers, attempts, fail_times=0)
+    topic = f"in-{unique}"
+    await create_topics(
+        bootstrap_servers,
+        TopicSpec(topic, 2, 1),
+        TopicSpec(f"{topic}.dlq", 2, 1, {"max.message.bytes": "2000"}),
+    )
+    async with app.producer() as producer:
+        await producer.send(topic, key="a", value=1, partition=0)
+        raw = app.topic("raw-view", value_serializer="raw")
+        raw.name = topic
+        await producer.send(raw, key=None, value=b"x" * 5000, partition=0)  # not an int
+    worker = app.worker(state_dir=tmp_path / "s")
+    run = asyncio.create_task(worker.run())
+    with pytest.raises(WorkerStopped, match=rf"cannot dead-letter {topic}\[0\]@1 .*DecodeError"):
+        await asyncio.wait_for(run, 60)
+    assert worker.producer.transactions_aborted <= 2
+    dlq = (await read_topics(bootstrap_servers, [f"{topic}.dlq"]))[f"{topic}.dlq"]
+    assert dlq == []
