@@ -311,7 +311,10 @@ class Worker:
             self.dead_letters.aborted()
             await self._on_migrated(exc)
         except TransportError as exc:  # PRODUCER_BROKEN and any other transaction failure
-            log.warning("transaction failed (%s): aborting and retrying", type(exc).__name__)
+            log.warning(
+                "transaction failed (%s: %s): aborting and retrying", type(exc).__name__, exc
+            )
+            await self.runner.stop()  # agents may still be sending into it (a batch mid-way)
             await committer.abort(recreate_producer=True)
             # A dead letter refused for good stops the worker naming its record; an output
             # refused for good stops it too: committing again would fail the same way.
@@ -546,6 +549,9 @@ class Worker:
                 if decision is Decision.DEAD_LETTER and failure.event is not None:
                     await self._dead_letter_event(failure)
         else:
+            # Agents may still be working on the batch (a group_by key function failed while
+            # it was being handed out): stop them before the abort, or they send into it.
+            await self.runner.stop()
             await self.committer.abort()
             self.dead_letters.aborted()
             await self.runner.restart()
@@ -613,6 +619,7 @@ class Worker:
         self.dead_letters.committed()
 
     async def _on_migrated(self, exc: BaseException) -> None:
+        await self.runner.stop()
         await self.committer.task_migrated(exc)
         await self.runner.restart()
         assert self.plan is not None

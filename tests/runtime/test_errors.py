@@ -212,3 +212,41 @@ async def test_a_dead_letter_the_topic_refuses_stops_the_worker_instead_of_loopi
     assert worker.producer.transactions_aborted <= 2
     dlq = (await read_topics(bootstrap_servers, [f"{topic}.dlq"]))[f"{topic}.dlq"]
     assert dlq == []
+
+
+async def test_a_failing_group_by_key_mid_batch_aborts_cleanly(
+    bootstrap_servers: str, unique: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The key function of a group_by fails while the batch is still being handed out, so the
+    other agent is still processing it: the agents are stopped before the abort, never sending
+    into a transaction being aborted (that used to fail the retry transaction too)."""
+    app = App(f"gb-{unique}", broker=bootstrap_servers, topic_partitions=1, retry_backoff=0.05)
+    topic = f"gb-in-{unique}"
+    source = app.topic(topic, key_type=str, value_type="json")
+    echo = app.topic(f"gb-echo-{unique}", key_type=str, value_type="json")
+
+    def bucket(value: object) -> int:
+        assert isinstance(value, int), "not a number"
+        return value % 10
+
+    @app.agent(source)
+    async def copy(stream):  # type: ignore[no-untyped-def]
+        async for key, value in stream.items():
+            await echo.send(key=key, value=value)
+
+    @app.agent(source)
+    async def regroup(stream):  # type: ignore[no-untyped-def]
+        async for _ in stream.group_by(bucket, name="bucket"):
+            pass
+
+    await create_topics(bootstrap_servers, TopicSpec(topic, 1, 1))
+    async with app.producer() as producer:  # all in one fetch
+        for i in range(300):
+            await producer.send(topic, key="k", value=i if i != 150 else "poison")
+    async with running_worker(app, tmp_path / "s") as worker:
+        await wait_until(lambda: worker.dead_lettered == 1 and worker.records_processed >= 299)
+    assert not [r for r in caplog.records if "transaction failed" in r.getMessage()]
+    out = (await read_topics(bootstrap_servers, [f"gb-echo-{unique}"]))[f"gb-echo-{unique}"]
+    assert sorted(json.loads(r.value or b"null") for r in out) == [
+        i for i in range(300) if i != 150
+    ]
