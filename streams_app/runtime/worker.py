@@ -534,13 +534,16 @@ class Worker:
             if is_bad_record(failure.error) and decision is Decision.DEAD_LETTER:
                 log.warning("%s: a bad record, no retry can help", failure.describe())
                 continue
+            # The traceback once per record (its first failure) and with the final decision;
+            # the retries in between say which attempt failed.
+            attempts = self.policy.attempts_of(failure.position) if failure.position else 1
             log.error(
                 "%s; policy %s -> %s%s",
                 failure.describe(),
                 self.conf.error_policy,
                 decision.value,
                 self._retry_note(failure, decision),
-                exc_info=failure.error,
+                exc_info=failure.error if attempts <= 1 or decision is not Decision.RETRY else None,
             )
         if self.conf.processing_guarantee == AT_MOST_ONCE:
             # The offsets were committed before processing: nothing to undo, nothing to retry.
