@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-10)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test chaos bench pipeline lint typecheck broker-start broker-stop clean
+.PHONY: setup demo test chaos soak bench pipeline lint typecheck broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streams_app needs Python >= 3.11 (set PYTHON=python3.11)")'
@@ -34,6 +34,10 @@ test: setup
 ## chaos: the long exactly-once fault suite (see `python -m streams_app.chaos --help` for options)
 chaos: setup
 	$(BIN)/python -m streams_app.chaos $(CHAOS_ARGS)
+
+## soak: one worker for an hour under load, poison records and broker restarts (SOAK_ARGS="--duration 300")
+soak: setup
+	$(BIN)/python -m streams_app.chaos.soak $(SOAK_ARGS)
 
 ## bench: throughput of exactly-once vs at-least-once vs a bare aiokafka loop
 bench: setup
