@@ -250,3 +250,27 @@ async def test_a_failing_group_by_key_mid_batch_aborts_cleanly(
     assert sorted(json.loads(r.value or b"null") for r in out) == [
         i for i in range(300) if i != 150
     ]
+
+
+async def test_an_output_the_broker_refuses_at_commit_stops_the_worker_naming_the_topic(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    """The echo topic takes at most 2 kB: the broker refuses a 4 kB output when the transaction
+    is sent. No input record can be blamed for it, and every retry would fail the same way, so
+    the worker stops naming the topic (Kafka Streams' ProductionExceptionHandler: FAIL)."""
+    attempts: dict[int, int] = {}
+    app = failing_app(unique, bootstrap_servers, attempts, fail_times=0)
+    topic = f"in-{unique}"
+    await create_topics(
+        bootstrap_servers,
+        TopicSpec(topic, 2, 1),
+        TopicSpec(f"echo-{unique}", 2, 1, {"max.message.bytes": "2000"}),
+    )
+    async with app.producer() as producer:
+        await producer.send(topic, key="a", value=10**4000, partition=0)  # 4001 digits of JSON
+    worker = app.worker(state_dir=tmp_path / "s")
+    run = asyncio.create_task(worker.run())
+    with pytest.raises(WorkerStopped, match=rf"topic 'echo-{unique}' refused a record for good"):
+        await asyncio.wait_for(run, 60)
+    assert worker.producer.transactions_aborted <= 2
+    assert (await read_topics(bootstrap_servers, [f"echo-{unique}"]))[f"echo-{unique}"] == []
