@@ -7,11 +7,10 @@ transaction that moves the input offset past the record, so the record is either
 and skipped, or neither: never lost, never dead-lettered twice for ``read_committed`` readers.
 
 If the dead-letter topic refuses the copy for good (larger than ``max_request_size`` or the
-topic's ``max.message.bytes``, a topic the worker may not write), sending it again would fail
-again: the worker stops with :class:`DeadLetterRefused`, naming the record, instead of looping.
-The refusal is seen either at once (the client checks the size before sending) or when the
-transaction's sends are checked at commit (:meth:`DeadLetters.raise_if_refused`, after the
-abort).
+topic's ``max.message.bytes``), sending it again would fail again: the worker stops with
+:class:`DeadLetterRefused`, naming the record, instead of looping. The refusal is seen either
+at once (the client checks the size before sending) or when the transaction's sends are
+checked at commit (:meth:`DeadLetters.raise_if_refused`, after the abort).
 """
 
 from __future__ import annotations
@@ -63,8 +62,8 @@ class DeadLetterRefused(WorkerStopped):
             f"topic {dead_letter_topic!r} refused it for good ({type(cause).__name__}). "
             "Stopping rather than retrying forever; nothing of it was committed and the record "
             f"is still at {letter.where()}. Fix: raise max_request_size (and the broker's "
-            "message.max.bytes / the topic's max.message.bytes) if it is too large, check the "
-            "dead-letter topic's ACLs, or fix what made the record fail; then restart"
+            "message.max.bytes / the topic's max.message.bytes) if it is too large, or fix "
+            "what made the record fail; then restart"
         )
 
 

@@ -322,9 +322,8 @@ class Worker:
             if is_record_rejected(exc):
                 raise WorkerStopped(
                     f"{exc}: the transaction cannot commit, and every retry would fail the same "
-                    "way. Stopping; nothing of it was committed. Fix: raise max_request_size and "
-                    "the topic's max.message.bytes if the record is too large, or grant the "
-                    "worker WRITE on the topic; then restart"
+                    "way. Stopping; nothing of it was committed. Fix: raise the topic's "
+                    "max.message.bytes (or make the record smaller); then restart"
                 ) from exc
             await self.runner.restart()
 

@@ -9,8 +9,8 @@ exception types. The classification follows Kafka Streams' ``StreamsProducer``/`
   commit. Abort it, rewind to the committed offsets, and retry.
 - :class:`FatalProducerError`: the producer is unusable. Recreate it (which aborts whatever it
   left open), rewind and retry.
-- :class:`RecordRejectedError`: one record will never be accepted (too large, an invalid or
-  forbidden topic). Retrying the transaction cannot help: the record that caused it goes to the
+- :class:`RecordRejectedError`: one record will never be accepted (too large, an invalid
+  topic). Retrying the transaction cannot help: the record that caused it goes to the
   dead-letter topic, or the worker stops naming it (Kafka Streams' ``ProductionExceptionHandler``
   decides the same case).
 """
@@ -21,9 +21,10 @@ from streams_app.errors import RecordError, StreamsAppError
 
 #: Kafka protocol error codes that refuse a record, or its topic, for good: CORRUPT_MESSAGE (2),
 #: MESSAGE_TOO_LARGE (10), INVALID_TOPIC_EXCEPTION (17), RECORD_LIST_TOO_LARGE (18),
-#: TOPIC_AUTHORIZATION_FAILED (29), POLICY_VIOLATION (44), INVALID_RECORD (87). A broker that
-#: is away fails sends with other, retriable codes (or a timeout), which are not a rejection.
-RECORD_REJECTED_CODES = frozenset({2, 10, 17, 18, 29, 44, 87})
+#: POLICY_VIOLATION (44), INVALID_RECORD (87). A broker that is away fails sends with other,
+#: retriable codes (or a timeout), which are not a rejection. A missing ACL is not one either:
+#: it is the worker's permissions that are wrong, not the record.
+RECORD_REJECTED_CODES = frozenset({2, 10, 17, 18, 44, 87})
 
 
 class TransportError(StreamsAppError):

@@ -287,7 +287,13 @@ async def test_a_record_over_the_request_limit_stops_the_worker_naming_it(
 ) -> None:
     """Its output is refused by the producer (a bad record: no retry helps), and so is its
     dead-letter copy: the worker stops with the record's coordinates, whatever the policy."""
-    app = corpus_app(unique, bootstrap_servers, policy, max_request_size=64 * 1024)
+    app = corpus_app(
+        unique,
+        bootstrap_servers,
+        policy,
+        max_request_size=64 * 1024,
+        producer_max_batch_size=32 * 1024,  # a batch must fit a request
+    )
     source, out = f"corpus-in-{unique}", f"corpus-out-{unique}"
     await create_topics(bootstrap_servers, TopicSpec(source, 2, 1))
     big = json.dumps({"id": "x" * 200_000, "qty": 1}).encode()  # the broker takes 1 MB

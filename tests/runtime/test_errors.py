@@ -7,6 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import MessageSizeTooLargeError
 
 from streams_app import App, WorkerStopped
 from streams_app.readback import read_topics
@@ -186,32 +190,56 @@ async def test_two_poison_records_in_one_window_are_both_dead_lettered_without_l
     assert aborts <= 2 * ((app.conf.max_retries or 0) + 1)
 
 
+async def limit_topic(bootstrap: str, topic: str, max_bytes: int) -> None:
+    """Lower a topic's max.message.bytes while a worker runs (a start-time check cannot see
+    it coming), and wait until the broker applies it: a probe twice that size is refused.
+    The probes carry no dead-letter or lineage headers, so the checks below tell them apart."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": str(max_bytes)})]
+        )
+    finally:
+        await admin.close()
+
+    async def refused() -> bool:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"x" * (2 * max_bytes), partition=0)
+        except MessageSizeTooLargeError:
+            return True
+        finally:
+            await producer.stop()
+        return False
+
+    await wait_until(refused, timeout=30, interval=0.2)
+
+
 async def test_a_dead_letter_the_topic_refuses_stops_the_worker_instead_of_looping(
     bootstrap_servers: str, unique: str, tmp_path: Path
 ) -> None:
-    """The dead-letter topic takes at most 2 kB (its max.message.bytes): the broker refuses
-    the copy of a 5 kB poison record at commit. Retrying would fail the same way forever, so
-    the worker stops, naming the record."""
+    """The dead-letter topic takes at most 2 kB (its max.message.bytes, lowered while the
+    worker runs): the broker refuses the copy of a 5 kB poison record at commit. Retrying would
+    fail the same way forever, so the worker stops, naming the record."""
     attempts: dict[int, int] = {}
     app = failing_app(unique, bootstrap_servers, attempts, fail_times=0)
     topic = f"in-{unique}"
-    await create_topics(
-        bootstrap_servers,
-        TopicSpec(topic, 2, 1),
-        TopicSpec(f"{topic}.dlq", 2, 1, {"max.message.bytes": "2000"}),
-    )
+    worker = app.worker(state_dir=tmp_path / "s")
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(worker.started.wait(), 60)
+    await limit_topic(bootstrap_servers, f"{topic}.dlq", 2000)
     async with app.producer() as producer:
         await producer.send(topic, key="a", value=1, partition=0)
         raw = app.topic("raw-view", value_serializer="raw")
         raw.name = topic
         await producer.send(raw, key=None, value=b"x" * 5000, partition=0)  # not an int
-    worker = app.worker(state_dir=tmp_path / "s")
-    run = asyncio.create_task(worker.run())
-    with pytest.raises(WorkerStopped, match=rf"cannot dead-letter {topic}\[0\]@1 .*DecodeError"):
+    with pytest.raises(WorkerStopped, match=rf"cannot dead-letter {topic}\[0\]@1 \(DecodeError\)"):
         await asyncio.wait_for(run, 60)
     assert worker.producer.transactions_aborted <= 2
     dlq = (await read_topics(bootstrap_servers, [f"{topic}.dlq"]))[f"{topic}.dlq"]
-    assert dlq == []
+    assert [r for r in dlq if r.header(H_SOURCE_OFFSET) is not None] == []
 
 
 async def test_a_failing_group_by_key_mid_batch_aborts_cleanly(
@@ -255,22 +283,21 @@ async def test_a_failing_group_by_key_mid_batch_aborts_cleanly(
 async def test_an_output_the_broker_refuses_at_commit_stops_the_worker_naming_the_topic(
     bootstrap_servers: str, unique: str, tmp_path: Path
 ) -> None:
-    """The echo topic takes at most 2 kB: the broker refuses a 4 kB output when the transaction
-    is sent. No input record can be blamed for it, and every retry would fail the same way, so
-    the worker stops naming the topic (Kafka Streams' ProductionExceptionHandler: FAIL)."""
+    """The echo topic takes at most 2 kB (lowered while the worker runs): the broker refuses a
+    4 kB output when the transaction is sent. No input record can be blamed for it, and every
+    retry would fail the same way, so the worker stops naming the topic (Kafka Streams'
+    ProductionExceptionHandler: FAIL)."""
     attempts: dict[int, int] = {}
     app = failing_app(unique, bootstrap_servers, attempts, fail_times=0)
-    topic = f"in-{unique}"
-    await create_topics(
-        bootstrap_servers,
-        TopicSpec(topic, 2, 1),
-        TopicSpec(f"echo-{unique}", 2, 1, {"max.message.bytes": "2000"}),
-    )
-    async with app.producer() as producer:
-        await producer.send(topic, key="a", value=10**4000, partition=0)  # 4001 digits of JSON
+    topic, echo = f"in-{unique}", f"echo-{unique}"
     worker = app.worker(state_dir=tmp_path / "s")
     run = asyncio.create_task(worker.run())
-    with pytest.raises(WorkerStopped, match=rf"topic 'echo-{unique}' refused a record for good"):
+    await asyncio.wait_for(worker.started.wait(), 60)
+    await limit_topic(bootstrap_servers, echo, 2000)
+    async with app.producer() as producer:
+        await producer.send(topic, key="a", value=10**4000, partition=0)  # 4001 digits
+    with pytest.raises(WorkerStopped, match=f"topic '{echo}' refused a record for good"):
         await asyncio.wait_for(run, 60)
     assert worker.producer.transactions_aborted <= 2
-    assert (await read_topics(bootstrap_servers, [f"echo-{unique}"]))[f"echo-{unique}"] == []
+    outputs = (await read_topics(bootstrap_servers, [echo]))[echo]
+    assert [r for r in outputs if r.header("src_offset") is not None] == []
