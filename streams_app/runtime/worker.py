@@ -622,6 +622,7 @@ class Worker:
 
     async def _on_migrated(self, exc: BaseException) -> None:
         await self.runner.stop()
+        self.backing_off.clear()  # the rejoin pauses and resumes every partition itself
         await self.committer.task_migrated(exc)
         await self.runner.restart()
         assert self.plan is not None
