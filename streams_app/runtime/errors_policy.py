@@ -182,6 +182,13 @@ class ErrorPolicy:
                 for position in [p for p in book if _below(p, offsets)]:
                     del book[position]
 
+    def succeeded(self) -> None:
+        """A whole batch committed (the PostgreSQL sink, which decides per batch): every
+        decision so far is history."""
+        self.outside_failures = 0
+        self.attempts.clear()
+        self.poisoned.clear()
+
     def keep_only(self, partitions: Collection[TopicPartition]) -> None:
         """A new assignment: decisions about partitions now owned elsewhere are moot (their
         owner decides afresh); those about partitions still ours stand."""
