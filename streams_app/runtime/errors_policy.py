@@ -74,11 +74,16 @@ class Failure:
     offset: int | None
     #: The record that failed (None outside a record: a timer).
     event: Event | None = field(default=None, compare=False, repr=False)
+    #: Outside a record, but run again as soon as the abort replays its input: a window-close
+    #: callback or a stream-time timer (a wall-clock timer waits for its next interval).
+    replayed: bool = False
 
     @classmethod
-    def of(cls, agent: str, error: BaseException, event: Event | None) -> Failure:
+    def of(
+        cls, agent: str, error: BaseException, event: Event | None, *, replayed: bool = False
+    ) -> Failure:
         if event is None:
-            return cls(agent, error, None, None, None)
+            return cls(agent, error, None, None, None, replayed=replayed)
         return cls(agent, error, event.topic, event.partition, event.offset, event)
 
     @property
@@ -101,6 +106,8 @@ class Failure:
     def describe(self) -> str:
         """One line for logs and errors: coordinates and the error's type, never its text (it
         may quote the record's data)."""
+        if self.position is None:
+            return f"{self.agent} failed outside a record: {type(self.error).__name__}"
         return f"agent {self.agent} failed on {self.where()}: {type(self.error).__name__}"
 
 
@@ -121,12 +128,19 @@ class ErrorPolicy:
         self.poisoned: dict[Position, Failure] = {}
         #: Consecutive failures outside any record (timers), for the ``stop`` policy.
         self.outside_failures = 0
+        #: Consecutive failures of replayed callbacks (window closes, stream-time timers),
+        #: forgotten only when a commit makes progress: an abort replays the same records,
+        #: which run the same callback again.
+        self.callback_failures = 0
+        self._last_committed: dict[TopicPartition, int] = {}
 
     def decide(self, failure: Failure) -> Decision:
         if isinstance(failure.error, TopologyError):
             return Decision.STOP  # a programming error: retrying cannot help
         settings = self.settings
         position = failure.position
+        if position is None and failure.replayed:
+            return self._decide_callback()
         if position is None:  # a timer: it runs again at its next interval
             self.outside_failures += 1
             retries = settings.max_retries
@@ -152,13 +166,30 @@ class ErrorPolicy:
             return Decision.STOP
         return self._dead_letter(position, failure)
 
+    def _decide_callback(self) -> Decision:
+        """A window-close callback or stream-time timer failed. The abort replays the records
+        that ran it, so it fails again at once: never skip it (that would livelock), retry it
+        with backoff ``max_retries`` times, then stop (``stop`` and ``dlq``: there is no record
+        to dead-letter, and dropping a window's final result would lose it) or, under
+        ``retry``, go on retrying with backoff."""
+        settings = self.settings
+        if settings.processing_guarantee == AT_MOST_ONCE:
+            return Decision.SKIP  # nothing is aborted, nothing replayed
+        self.callback_failures += 1
+        retries = settings.max_retries
+        if settings.error_policy == "retry" or retries is None or self.callback_failures <= retries:
+            return Decision.RETRY
+        return Decision.STOP
+
     def _dead_letter(self, position: Position, failure: Failure) -> Decision:
         self.poisoned[position] = failure
         return Decision.DEAD_LETTER
 
-    def backoff(self, position: Position) -> float:
-        """Seconds the record's partition waits before the record is retried."""
-        attempts = max(1, self.attempts.get(position, 1))
+    def backoff(self, position: Position | None) -> float:
+        """Seconds the record's partition waits before the record is retried (None: a
+        replayed callback, whose worker waits)."""
+        tries = self.callback_failures if position is None else self.attempts.get(position, 1)
+        attempts = max(1, tries)
         return float(
             min(
                 self.settings.retry_backoff * (2 ** (attempts - 1)),
@@ -177,6 +208,9 @@ class ErrorPolicy:
         """A commit went through with these offsets (next record to process per partition):
         decisions about records below them are history."""
         self.outside_failures = 0
+        if offsets != self._last_committed:  # progress: the failed callback got past
+            self.callback_failures = 0
+            self._last_committed = dict(offsets)
         for book in (self.poisoned, self.attempts):
             if book:
                 for position in [p for p in book if _below(p, offsets)]:
@@ -186,6 +220,7 @@ class ErrorPolicy:
         """A whole batch committed (the PostgreSQL sink, which decides per batch): every
         decision so far is history."""
         self.outside_failures = 0
+        self.callback_failures = 0
         self.attempts.clear()
         self.poisoned.clear()
 

@@ -411,7 +411,8 @@ class Worker:
             try:
                 await self.punctuator.after_batch(self.tasks.running())
             except CallbackFailed as exc:
-                raise AgentFailed([Failure.of(exc.what, exc.error, None)]) from exc
+                failure = Failure.of(exc.what, exc.error, None, replayed=True)
+                raise AgentFailed([failure]) from exc
         await self._sync_positions(batch)
 
     async def _agents_done(self) -> None:
@@ -676,6 +677,13 @@ class Worker:
             self.dead_letters.aborted()
             await self.runner.restart()
         for failure, decision in decisions:
+            if decision is Decision.STOP and failure.replayed:
+                raise WorkerStopped(
+                    f"{failure.describe()}, {self.policy.callback_failures} times in a row: it "
+                    "runs again whenever the abort replays its records, and there is no record "
+                    "to dead-letter. Stopping; nothing of it was committed. Fix the callback, "
+                    "then restart"
+                ) from failure.error
             if decision is Decision.STOP:
                 raise WorkerStopped(failure.describe()) from failure.error
         for failure, decision in decisions:
@@ -683,9 +691,12 @@ class Worker:
                 self._back_off(failure)
 
     def _retry_note(self, failure: Failure, decision: Decision) -> str:
-        if decision is not Decision.RETRY or failure.position is None:
+        if decision is not Decision.RETRY:
             return ""
-        attempts = self.policy.attempts_of(failure.position)
+        if failure.position is None:
+            attempts = self.policy.callback_failures
+        else:
+            attempts = self.policy.attempts_of(failure.position)
         limit = self.conf.max_retries if self.conf.error_policy != "retry" else None
         of = f"/{limit}" if limit is not None else ""
         return f" (retry {attempts}{of} in {self.policy.backoff(failure.position):g}s)"
@@ -710,14 +721,20 @@ class Worker:
         )
 
     def _back_off(self, failure: Failure) -> None:
-        """Pause the failed record's partition until its backoff is over."""
+        """Pause the failed record's partition until its backoff is over (a replayed
+        callback: every partition, as it is not known which task's records run it)."""
         tp, position = failure.tp, failure.position
-        if tp is None or position is None or tp not in self.tasks.by_tp:
+        if failure.replayed:
+            paused = list(self.tasks.by_tp)
+        elif tp is None or position is None or tp not in self.tasks.by_tp:
             return
+        else:
+            paused = [tp]
         delay = self.policy.backoff(position)
         until = self.clock.monotonic() + delay
-        self.consumer.pause([tp])
-        self.backing_off[tp] = max(until, self.backing_off.get(tp, 0.0))
+        self.consumer.pause(paused)
+        for each in paused:
+            self.backing_off[each] = max(until, self.backing_off.get(each, 0.0))
         # Nothing needs to run then (the loop looks at every turn), but a manual clock (the
         # test driver) learns that time has to pass.
         self.clock.call_later(delay, _nothing)

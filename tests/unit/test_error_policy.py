@@ -102,6 +102,41 @@ def test_a_commit_of_other_partitions_does_not_reset_a_records_retries() -> None
     assert p.decide(failure(RuntimeError())) is Decision.DEAD_LETTER
 
 
+def callback_failure() -> Failure:
+    return Failure.of("on_window_close of per-minute", RuntimeError(), None, replayed=True)
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({}, [Decision.RETRY] * 3 + [Decision.STOP]),  # dlq: there is no record to dead-letter
+        ({"error_policy": "stop", "max_retries": 0}, [Decision.STOP]),
+        ({"error_policy": "retry"}, [Decision.RETRY] * 6),
+    ],
+)
+def test_a_replayed_callback_is_retried_with_backoff_then_stops(
+    settings: dict[str, object], expected: list[Decision]
+) -> None:
+    """A window-close callback runs again as soon as the abort replays its records: skipping
+    it (as a wall-clock timer is skipped until its next interval) livelocked the worker."""
+    p = policy(**settings)
+    p.committed({TP: 7})
+    decisions = []
+    for _ in expected:
+        decisions.append(p.decide(callback_failure()))
+        p.committed({TP: 7})  # the replay fails before any progress: same offsets
+    assert decisions == expected
+    if Decision.STOP not in expected:
+        assert p.backoff(None) == 3.2  # 0.1 doubling, the worker waits
+    p.committed({TP: 8})  # progress: the callback got past
+    assert p.callback_failures == 0
+
+
+def test_a_wall_clock_timer_failure_is_skipped_until_its_next_interval() -> None:
+    p = policy()
+    assert p.decide(Failure.of("timer:tick", RuntimeError(), None)) is Decision.SKIP
+
+
 @pytest.mark.parametrize(
     ("kwargs", "setting"),
     [
