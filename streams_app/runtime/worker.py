@@ -499,6 +499,7 @@ class Worker:
         different partitions, wait until the agents are idle: the records of two topics go to
         different agents, which must see them in that order too."""
         now = self.clock.monotonic()
+        retried = self._retried_partitions()
         for task in self.tasks.running():
             for group in task.groups():
                 last: TopicPartition | None = None
@@ -507,7 +508,10 @@ class Worker:
                     if last is not None and tp != last:
                         await self._agents_done()
                     last = tp
-                    await self._dispatch(task, tp, run)
+                    if tp in retried:
+                        await self._dispatch_retries_alone(task, tp, run)
+                    else:
+                        await self._dispatch(task, tp, run)
                 # A partition backing off after a failure stays paused until its time is up.
                 pause = group.to_pause()
                 resume = [tp for tp in group.to_resume() if tp not in self.backing_off]
@@ -515,6 +519,25 @@ class Worker:
                     self.consumer.pause(pause)
                 if resume:
                     self.consumer.resume(resume)
+
+    async def _dispatch_retries_alone(
+        self, task: Task, tp: TopicPartition, run: Sequence[RecordLike]
+    ) -> None:
+        """Dispatch a run in order, each record that failed before in a transaction of its
+        own (what came before it is committed first), so that if it fails again its abort
+        takes nothing else with it. For runs that must keep their order: a partition group's
+        (ungrouped partitions hold their retried records until the batch is done instead)."""
+        while run:
+            index = self._first_retry(tp, run)
+            if index is None:
+                await self._dispatch(task, tp, run)
+                return
+            await self._dispatch(task, tp, run[:index])
+            await self._agents_done()
+            await self.committer.commit()
+            await self._dispatch(task, tp, run[index : index + 1])
+            await self._agents_done()
+            run = run[index + 1 :]
 
     async def _sync_positions(self, partitions: Iterable[TopicPartition]) -> None:
         """Step the next-offset-to-commit over transaction markers (KAFKA-6607).
