@@ -747,8 +747,8 @@ class Worker:
         """Pause the failed record's partition until its backoff is over (a replayed
         callback: every partition, as it is not known which task's records run it)."""
         tp, position = failure.tp, failure.position
-        if failure.replayed:
-            paused = list(self.tasks.by_tp)
+        if failure.replayed:  # restoring tasks' partitions stay paused by the restore
+            paused = [tp for tp, task in self.tasks.by_tp.items() if task.state == RUNNING]
         elif tp is None or position is None or tp not in self.tasks.by_tp:
             return
         else:
