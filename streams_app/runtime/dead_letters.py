@@ -16,7 +16,7 @@ checked at commit (:meth:`DeadLetters.raise_if_refused`, after the abort).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from streams_app.app.context import SendFuture
@@ -75,8 +75,13 @@ class DeadLetters:
         producer: StreamsProducer,
         topics: Mapping[str, str],
         partition_counts: Mapping[str, int],
+        *,
+        on_committed: Callable[[str], None] | None = None,
     ) -> None:
         self.producer = producer
+        #: Told the source topic of each dead letter once its transaction commits (metrics:
+        #: a dead letter sent again after an abort counts once).
+        self._on_committed = on_committed
         #: Source topic -> its dead-letter topic.
         self.topics = topics
         self._partition_counts = partition_counts
@@ -136,4 +141,7 @@ class DeadLetters:
 
     def committed(self) -> None:
         self.committed_count += len(self._open)
+        if self._on_committed is not None:
+            for _, letter in self._open:
+                self._on_committed(letter.topic)
         self._open.clear()
