@@ -16,6 +16,12 @@ serializer turns bytes into a payload and the type converts the payload:
 
 One deliberate difference: ``value_type=bytes`` without a serializer reads raw bytes (Faust
 would JSON-decode them, so a Faust app cannot read back its own raw writes).
+
+Topics decode *checked* (``codec_for(..., checked=True)``): a value that is JSON but not of the
+declared type (``"qty": "two"`` for an ``int`` field, ``"7"`` for ``value_type=int``) is a
+:class:`DecodeError` at the edge, so it goes to the dead-letter topic instead of crashing the
+agent that would have used it (see :mod:`streams_app.record_types`). Tables decode what the
+worker itself wrote, unchecked. Checking never changes the bytes written.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ from typing import Any, Protocol, TypeAlias
 
 from faust.utils.json import JSONEncoder as _FaustJSONEncoder
 
+from streams_app.errors import RecordError
+from streams_app.record_types import ModelCheck
+
 
 class Codec(Protocol):
     def dumps(self, obj: Any) -> bytes: ...
@@ -33,8 +42,12 @@ class Codec(Protocol):
     def loads(self, data: bytes) -> Any: ...
 
 
-class DecodeError(ValueError):
+class DecodeError(RecordError, ValueError):
     """A record's key or value does not decode with the topic's codec (a poison record)."""
+
+
+class TombstoneError(DecodeError):
+    """A record without a value (a tombstone) on a topic whose values are a Record model."""
 
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
@@ -122,14 +135,47 @@ def _without_metadata(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-class RecordCodec:
-    """A ``faust.Record`` model as the JSON object of its fields plus Faust's metadata."""
+class CheckedJsonCodec(JsonCodec):
+    """JSON whose decoded value must be of one Python type (``value_type=int`` and the like)."""
 
-    def __init__(self, model: type[Any]) -> None:
+    _EXPECTED = {
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        dict: "a JSON object",
+        list: "a JSON array",
+    }
+
+    def __init__(self, kind: type[Any]) -> None:
+        self.kind = kind
+        self.name = f"json:{kind.__name__}"
+        if kind is float:
+            self._accepts: tuple[type[Any], ...] = (int, float)
+        else:
+            self._accepts = (kind,)
+        self._no_bool = kind in (int, float)
+
+    def loads(self, data: bytes) -> Any:
+        value = super().loads(data)
+        if not isinstance(value, self._accepts) or (self._no_bool and isinstance(value, bool)):
+            expected = self._EXPECTED.get(self.kind, self.kind.__name__)
+            raise DecodeError(f"expected {expected}, got {type(value).__name__}")
+        return value
+
+
+class RecordCodec:
+    """A ``faust.Record`` model as the JSON object of its fields plus Faust's metadata.
+
+    ``checked``: decoded objects (and plain dicts sent as the model) must fit the model's field
+    types (:mod:`streams_app.record_types`), else :class:`DecodeError`.
+    """
+
+    def __init__(self, model: type[Any], *, checked: bool = False) -> None:
         self.model = model
         self.name = f"record:{model.__name__}"
         fields = getattr(getattr(model, "_options", None), "fields", None)
         self._fields: frozenset[str] = frozenset(fields or ())
+        self._check: ModelCheck | None = ModelCheck(model) if checked else None
 
     def dumps(self, obj: Any) -> bytes:
         if isinstance(obj, _BYTES_LIKE):
@@ -157,6 +203,10 @@ class RecordCodec:
         # coerce isodates/decimals fields as its own deserializer does.
         data = {k: v for k, v in payload.items() if k in self._fields} if self._fields else payload
         data = _without_metadata(data)
+        if self._check is not None:
+            problem = self._check.problem(data)
+            if problem is not None:
+                raise DecodeError(f"does not fit {self.model.__name__}: {problem}")
         try:
             return self.model(**data, __strict__=False)
         except (TypeError, ValueError) as exc:
@@ -250,9 +300,10 @@ def named_codec(name: str) -> Codec:
         ) from None
 
 
-def resolve_codec(spec: CodecSpec, default: str = "json") -> Codec:
+def resolve_codec(spec: CodecSpec, default: str = "json", *, checked: bool = False) -> Codec:
     """A codec from ``"json"``/``"raw"``/``"str"``, a Record subclass, ``str``/``bytes``, or one
-    already made (the explicit form; topics and tables use :func:`codec_for`)."""
+    already made (the explicit form; topics and tables use :func:`codec_for`). ``checked``:
+    decoded values must be of the declared type (topics)."""
     if spec is None:
         return _NAMED[default]
     if isinstance(spec, str):
@@ -262,20 +313,26 @@ def resolve_codec(spec: CodecSpec, default: str = "json") -> Codec:
     if spec is str:
         return _NAMED["str"]
     if spec in (int, float, bool, dict, list):
-        return _NAMED["json"]
+        assert isinstance(spec, type)
+        return CheckedJsonCodec(spec) if checked else _NAMED["json"]
     if isinstance(spec, type):
         if is_model(spec):
-            return RecordCodec(spec)
+            return RecordCodec(spec, checked=checked)
         raise ValueError(f"no codec for {spec.__name__}: use a faust.Record subclass")
     if hasattr(spec, "dumps") and hasattr(spec, "loads"):
         return spec
     raise ValueError(f"cannot make a codec out of {spec!r}")
 
 
-def codec_for(typ: Any, serializer: str | Codec | None, default: str) -> Codec:
+def codec_for(
+    typ: Any, serializer: str | Codec | None, default: str, *, checked: bool = False
+) -> Codec:
     """The codec Faust would use for ``typ`` with ``serializer`` (or the default serializer).
 
-    ``typ`` may also be a codec name or a codec object (streams_app's shorthand).
+    ``typ`` may also be a codec name or a codec object (streams_app's shorthand). ``checked``
+    (topics): decoded JSON must be of the declared type (a model's field types, or
+    ``int``/``float``/``bool``/``dict``/``list``), else :class:`DecodeError`; the bytes written
+    are the same either way.
     """
     if isinstance(typ, str) or (typ is not None and hasattr(typ, "dumps") and not is_model(typ)):
         return resolve_codec(typ)  # a codec named in the type position: use it as it is
@@ -290,10 +347,12 @@ def codec_for(typ: Any, serializer: str | Codec | None, default: str) -> Codec:
                     f"{typ.__name__}: a Record cannot use the {name!r} serializer; use 'json'"
                 )
             named_codec(name)  # raises for unknown names
-        return RecordCodec(typ)
+        return RecordCodec(typ, checked=checked)
     if serializer is None and typ is bytes:
         return _NAMED["raw"]
     codec = named_codec(serializer or default)
+    if checked and type(codec) is JsonCodec and typ in (int, float, bool, dict, list):
+        codec = CheckedJsonCodec(typ)
     if typ is None and isinstance(codec, RawCodec):
         return codec
     if typ is None and isinstance(codec, StrCodec):

@@ -52,6 +52,7 @@ class _Core:
     """The inbox and state one agent instance's streams share (derived streams included)."""
 
     __slots__ = (
+        "failed",
         "flush_requested",
         "holding",
         "inbox",
@@ -69,6 +70,7 @@ class _Core:
         self.parked = 0
         self.holding = False
         self.flush_requested = False
+        self.failed = False
 
 
 class Stream:
@@ -293,6 +295,8 @@ class Stream:
 
     def feed(self, event: Event) -> None:
         core = self._core
+        if core.failed:
+            return  # nobody will take it: the failure aborts and this record comes round again
         core.inbox.append(event)
         if core.settled.is_set() and not core.parked:
             core.settled.clear()
@@ -352,6 +356,17 @@ class Stream:
     def mark_idle(self) -> None:
         """The agent behind this stream stopped (returned or raised): nothing more will run."""
         core = self._core
+        core.parked = 0
+        core.holding = False
+        core.settled.set()
+
+    def mark_failed(self) -> None:
+        """The agent behind this stream raised. It stays settled: records handed over after the
+        failure (the dispatcher may still be feeding the batch) are dropped, since the failure
+        aborts the transaction and rewinds to before them."""
+        core = self._core
+        core.failed = True
+        core.inbox.clear()
         core.parked = 0
         core.holding = False
         core.settled.set()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from streams_app.app.context import SendFuture, current_runtime
 from streams_app.app.windows import instant_ms
-from streams_app.codecs import Codec, CodecSpec, codec_for
+from streams_app.codecs import Codec, CodecSpec, RecordCodec, codec_for
 from streams_app.errors import InvalidTimestamp, TopologyError
 
 if TYPE_CHECKING:
@@ -74,11 +74,13 @@ class Topic:
         self.key_serializer = key_serializer
         self.value_serializer = value_serializer
         conf = app.conf
+        # Faust's codecs (keys raw, values JSON by default). Decoding checks the declared
+        # types: a value that does not fit is a poison record for the dead-letter topic.
         self.key_codec: Codec = codec_for(
-            key_type, key_serializer, getattr(conf, "key_serializer", "raw")
+            key_type, key_serializer, getattr(conf, "key_serializer", "raw"), checked=True
         )
         self.value_codec: Codec = codec_for(
-            value_type, value_serializer, getattr(conf, "value_serializer", "json")
+            value_type, value_serializer, getattr(conf, "value_serializer", "json"), checked=True
         )
         self.partitions = partitions
         self.replicas = replicas
@@ -167,6 +169,17 @@ class Topic:
             await runtime.declare(self)
 
     declare = maybe_declare
+
+    @property
+    def accepts_tombstones(self) -> bool:
+        """Whether a record without a value reaches the agents (as ``None``).
+
+        Not on topics whose values are a Record model: no model is ``None``, so such a
+        tombstone goes to the dead-letter topic as a :class:`~streams_app.codecs.TombstoneError`
+        instead of crashing the agent that reads ``order.item``. Untyped topics (JSON, raw,
+        str) deliver it, as Faust does, for agents that treat it as a delete.
+        """
+        return not isinstance(self.value_codec, RecordCodec)
 
     def use_timestamp_fn(self, fun: Callable[[Any], Any], owner: str) -> None:
         """An agent's ``timestamp_fn`` applies to its input topic: one per topic."""

@@ -12,6 +12,7 @@ import pytest
 
 import streams_app
 from streams_app import App
+from streams_app.runtime.errors_policy import H_ATTEMPTS
 from streams_app.testing import DriverFactory
 
 pytestmark = pytest.mark.streams_backends("memory")
@@ -199,3 +200,44 @@ async def test_rpc_ask_join_map(topology_driver: DriverFactory) -> None:
             [9, [9, 16], [4, 9]],
             [25, [25, 36], [4, 25]],
         ]
+
+
+async def test_a_failing_record_of_an_agent_parked_on_rpc_is_retried_then_dead_lettered(
+    topology_driver: DriverFactory,
+) -> None:
+    """The per-record error policy with an agent that parks on ``ask``: the failing record (on
+    partition 0) is retried in a transaction of its own only once the agent is done with what
+    another partition handed it (committing while it waits for its reply would cover records
+    it has not finished, and the retry's abort would then lose them), its partition backing
+    off in between, then dead-lettered; every good record is committed once."""
+    app = App("rpc-errors", topic_partitions=2, retry_backoff=0.2)
+    results = app.topic("results", value_type=int)
+    attempts: Counter[int] = Counter()
+
+    @app.agent()
+    async def square(stream):  # type: ignore[no-untyped-def]
+        async for value in stream:
+            yield value * value
+
+    @app.agent(value_type=int)
+    async def caller(stream):  # type: ignore[no-untyped-def]
+        async for value in stream:
+            asked = await square.ask(value)
+            attempts[value] += 1
+            if value == 13:
+                raise RuntimeError("refusing 13")
+            await results.send(value=asked)
+
+    good = list(range(20, 60))
+    async with topology_driver(app) as driver:
+        await driver.pipe(caller.topic.name, 13, partition=0)
+        # Partition 1 keeps receiving while 13 backs off, so its retries meet busy agents.
+        for start in range(0, len(good), 4):
+            for value in good[start : start + 4]:
+                await driver.pipe(caller.topic.name, value, partition=1)
+            await driver.advance_time(0.1)
+        await driver.run_until_idle(max_time=60)
+        assert sorted(_values(await driver.read("results"))) == sorted(v * v for v in good)
+        (dead,) = await driver.read(f"{caller.topic.name}.dlq")
+        assert dead.header(H_ATTEMPTS) == b"4"  # the first try and 3 retries
+        assert attempts[13] == 4
