@@ -15,6 +15,9 @@ the machine disturbs the figures, so repeat runs and compare medians.
 Prints a table and writes ``bench-results.json``: ``{"runs": [{"system", "guarantee",
 "records", "seconds", "records_per_s", ...}, ...], "summary": {...}}``. Not a test.
 
+``--state-scale`` runs the state-scale benchmark instead (``benchmarks/state_scale.py``: RSS,
+records/s and read-cache hit rate with millions of distinct keys; its own options).
+
 ``--systems eos,alos,ceiling,faust`` adds faust-streaming's exactly-once on the same topology
 (first repeat only): it is slow enough that a run stops at ``--timeout`` and reports the rate of
 what it had committed by then (``"finished": false``). ``--profile eos`` samples the worker with
@@ -504,6 +507,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--state-scale" in argv:
+        # The state-scale benchmark has options of its own (benchmarks/state_scale.py).
+        from benchmarks.state_scale import main as state_scale
+
+        return state_scale([a for a in argv if a != "--state-scale"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=8)

@@ -63,6 +63,19 @@ class Settings:
     #: (the chaos verifier) can prove no fenced zombie got anything committed. Off by default.
     transaction_headers: bool = False
     restore_timeout: float = 300.0
+    # State memory (docs/memory.md): one budget per worker, whatever the partitions it owns.
+    #: Bytes of decoded committed table values cached in Python, shared by all tables and
+    #: partitions (Kafka Streams' statestore.cache.max.bytes); 0 turns the cache off.
+    state_cache_max_bytes: int = 64 * 1024 * 1024
+    #: Bytes of pending table writes (all tasks) above which the worker commits early, at the
+    #: next quiescent point (KIP-892's statestore.uncommitted.max.bytes); None: no bound.
+    state_uncommitted_max_bytes: int | None = 64 * 1024 * 1024
+    #: RocksDB block cache shared by every table partition of the worker (data, index, filters).
+    rocksdb_block_cache_bytes: int = 64 * 1024 * 1024
+    #: RocksDB memtables (write buffers) of every table partition together, a shared budget.
+    rocksdb_memtable_bytes: int = 256 * 1024 * 1024
+    #: Files each table partition's RocksDB keeps open (its table cache); -1: all, unbounded.
+    rocksdb_max_open_files: int = 64
     producer_linger_ms: int = 5
     producer_max_batch_size: int = 256 * 1024
     compression_type: str | None = None
@@ -212,6 +225,7 @@ class Settings:
         for name in ("topic_partitions", "topic_replication_factor", "max_poll_records"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, "must be at least 1", f"set {name} to a positive number")
+        self._validate_state_memory()
         if self.security_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
             raise ConfigError(
                 "security_protocol",
@@ -224,6 +238,36 @@ class Settings:
                 f"is required with security_protocol={self.security_protocol}",
                 "set sasl_mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)",
             )
+
+    def _validate_state_memory(self) -> None:
+        for name in ("state_cache_max_bytes", "state_uncommitted_max_bytes"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 0):
+                raise ConfigError(
+                    name,
+                    f"{value!r} is not a number of bytes",
+                    f"set {name} to a whole number of bytes >= 0 (e.g. {64 * 1024 * 1024} for "
+                    "64 MiB; 0 for the cache turns it off); see docs/memory.md",
+                )
+        for name in ("rocksdb_block_cache_bytes", "rocksdb_memtable_bytes"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 1024 * 1024:
+                raise ConfigError(
+                    name,
+                    f"{value!r} is below 1 MiB",
+                    f"set {name} to a number of bytes of at least 1048576; see docs/memory.md",
+                )
+        files = self.rocksdb_max_open_files
+        if not _is_int(files) or not (files == -1 or files >= 20):
+            raise ConfigError(
+                "rocksdb_max_open_files",
+                f"{files!r} is not -1 or at least 20 (RocksDB's minimum)",
+                "use e.g. 64 (files per table partition), or -1 to keep every file open",
+            )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _parse(name: str, raw: str, annotation: Any) -> Any:

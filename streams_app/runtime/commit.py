@@ -46,6 +46,7 @@ from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.task import Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.settings import AT_LEAST_ONCE, AT_MOST_ONCE, EXACTLY_ONCE_V2
+from streams_app.state.budget import UncommittedWrites
 from streams_app.transport.base import ConsumerClient, GroupMetadata, TopicPartition
 from streams_app.transport.errors import (
     CommitFailedError,
@@ -72,6 +73,7 @@ class Committer:
         changelog_topic: Callable[[str], str],
         clear_inboxes: Callable[[], None],
         clock: Clock,
+        uncommitted: UncommittedWrites | None = None,
     ) -> None:
         self.guarantee = guarantee
         self.clock = clock
@@ -87,13 +89,22 @@ class Committer:
         self.records_since_commit = 0
         #: A commit was asked for (``Worker.request_commit``): due whatever the interval.
         self.requested = False
+        #: The budget for pending table writes: over it, a commit is due at once.
+        self.uncommitted = uncommitted if uncommitted is not None else UncommittedWrites(None)
+        #: Commits that were due only because the pending writes outgrew their budget.
+        self.early_commits = 0
+        self._over_budget = False
 
     def due(self, interval: float, every: int) -> bool:
-        return (
+        if (
             self.requested
             or self.records_since_commit >= every
             or self.clock.monotonic() - self.last_commit >= interval
-        )
+        ):
+            return True
+        # KIP-892: pending writes over their budget end the transaction early rather than grow.
+        self._over_budget = self.uncommitted.exceeded(self.tasks.transactions())
+        return self._over_budget
 
     async def commit(self) -> bool:
         """Commit all progress of all tasks; return whether anything was committed."""
@@ -101,6 +112,7 @@ class Committer:
         self.last_commit = self.clock.monotonic()
         self.records_since_commit = 0
         self.requested = False
+        early, self._over_budget = self._over_budget, False
         if not tasks and not self.producer.in_transaction:
             return False
 
@@ -125,6 +137,9 @@ class Committer:
             self._apply_state(task)
             task.mark_committed()
         self.commits += 1
+        if early:
+            self.early_commits += 1
+        self.uncommitted.bytes = 0
         return True
 
     async def _send_changelog(self, task: Task) -> None:
@@ -181,6 +196,7 @@ class Committer:
                 if committed is not None:
                     self.consumer.seek(tp, committed)
         self.records_since_commit = 0
+        self.uncommitted.bytes = 0
 
     async def task_migrated(self, cause: BaseException) -> None:
         """This worker lost (some of) its tasks: drop them all, rejoin with a fresh producer."""

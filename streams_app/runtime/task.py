@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from streams_app.errors import TopologyError
 from streams_app.state.base import PartitionTransaction, Store
+from streams_app.state.cache import ReadCache
 from streams_app.transport.base import TopicPartition
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ CLOSED = "closed"
 
 class Task:
     __slots__ = (
+        "cache",
         "changelog_last",
         "committed",
         "id",
@@ -52,11 +54,14 @@ class Task:
         partition_count: int,
         partitions: set[TopicPartition],
         stores: Mapping[str, Store],
+        cache: ReadCache | None = None,
     ) -> None:
         self.id = task_id
         self.partition_count = partition_count
         self.partitions = partitions
         self.stores = stores
+        #: The worker's read cache, shared by every task and table.
+        self.cache = cache if cache is not None else ReadCache(0)
         #: Next offset to process per input partition (processed up to here).
         self.offsets: dict[TopicPartition, int] = {}
         #: What the group has committed per input partition.
@@ -79,7 +84,7 @@ class Task:
         if store is None:
             raise TopologyError(f"table {table.name!r} has no store on this worker")
         tx = PartitionTransaction(
-            store.partition(self.id.partition), table.key_codec, table.value_codec
+            store.partition(self.id.partition), table.key_codec, table.value_codec, self.cache
         )
         self.tables[table.name] = tx
         return tx

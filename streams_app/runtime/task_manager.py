@@ -9,11 +9,12 @@ never given up with uncommitted work.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from streams_app.runtime.task import RESTORING, RUNNING, Task, TaskId
 from streams_app.runtime.topology import TopologyPlan
-from streams_app.state.base import Store, StorePartition
+from streams_app.state.base import PartitionTransaction, Store, StorePartition
+from streams_app.state.cache import ReadCache
 from streams_app.state.restore import RestoreResult, restore_partitions
 from streams_app.transport.base import AdminClient, ConsumerClient, TopicPartition
 
@@ -21,9 +22,12 @@ log = logging.getLogger(__name__)
 
 
 class TaskManager:
-    def __init__(self, plan: TopologyPlan, stores: Mapping[str, Store]) -> None:
+    def __init__(
+        self, plan: TopologyPlan, stores: Mapping[str, Store], cache: ReadCache | None = None
+    ) -> None:
         self.plan = plan
         self.stores = stores
+        self.cache = cache if cache is not None else ReadCache(0)
         self.tasks: dict[TaskId, Task] = {}
         self.by_tp: dict[TopicPartition, Task] = {}
         self.restores: list[RestoreResult] = []
@@ -42,7 +46,7 @@ class TaskManager:
             task = self.tasks.get(task_id)
             if task is None:
                 count = self.plan.partition_counts[tp.topic]
-                task = Task(task_id, count, set(), self.stores)
+                task = Task(task_id, count, set(), self.stores, self.cache)
                 self.tasks[task_id] = task
                 created.append(task)
             task.partitions.add(tp)
@@ -59,6 +63,11 @@ class TaskManager:
         self.tasks.clear()
         self.by_tp.clear()
         return closed
+
+    def transactions(self) -> Iterator[PartitionTransaction]:
+        """The open table transactions of every task (their pending writes)."""
+        for task in self.tasks.values():
+            yield from task.tables.values()
 
     def running(self) -> list[Task]:
         return [t for t in self.tasks.values() if t.state == RUNNING]

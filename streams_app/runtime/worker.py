@@ -35,8 +35,9 @@ from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.topology import TopologyPlan, plan_topology
 from streams_app.settings import AT_MOST_ONCE, Settings
 from streams_app.state.base import Store
+from streams_app.state.budget import StateMemory
 from streams_app.state.directory import StateDirectory
-from streams_app.state.factory import open_store
+from streams_app.state.factory import open_store, rocksdb_options
 from streams_app.transport.base import (
     AdminClient,
     ConsumerClient,
@@ -99,6 +100,9 @@ class Worker:
         self.records_processed = 0
         self.dead_lettered = 0
         self.error: BaseException | None = None
+        #: The state memory budget: the read cache shared by every table and partition, and the
+        #: uncommitted-writes budget. Their counters are the worker's state metrics.
+        self.memory = StateMemory(conf.state_cache_max_bytes, conf.state_uncommitted_max_bytes)
         # set in start()
         self.directory: StateDirectory | None = None
         self.plan: TopologyPlan | None = None
@@ -186,9 +190,10 @@ class Worker:
         self.runner.start()
         await self.runner.wait_started(timeout=30.0)
         self.plan = await plan_topology(self.app, self.runner, admin)
+        options = rocksdb_options(conf)  # one block cache and memtable budget for all tables
         for table in self.app.tables.values():
-            self.stores[table.name] = open_store(conf.store, self.directory, table.name)
-        self._tasks = TaskManager(self.plan, self.stores)
+            self.stores[table.name] = open_store(conf.store, self.directory, table.name, options)
+        self._tasks = TaskManager(self.plan, self.stores, self.memory.cache)
 
         self._producer = StreamsProducer(
             self.transport,
@@ -209,6 +214,7 @@ class Worker:
             changelog_topic=lambda table: plan.changelog_topics[table],
             clear_inboxes=self.runner.clear_inboxes,
             clock=self.clock,
+            uncommitted=self.memory.uncommitted,
         )
         now = self.clock.monotonic()
         self._timer_due = {t.name: now + t.interval for t in self.app.timers}
