@@ -139,7 +139,7 @@ class Committer:
         self.commits += 1
         if early:
             self.early_commits += 1
-        self.uncommitted.bytes = 0
+        self.uncommitted.reset()
         return True
 
     async def _send_changelog(self, task: Task) -> None:
@@ -196,7 +196,7 @@ class Committer:
                 if committed is not None:
                     self.consumer.seek(tp, committed)
         self.records_since_commit = 0
-        self.uncommitted.bytes = 0
+        self.uncommitted.reset()
 
     async def task_migrated(self, cause: BaseException) -> None:
         """This worker lost (some of) its tasks: drop them all, rejoin with a fresh producer."""

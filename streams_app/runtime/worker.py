@@ -30,6 +30,7 @@ from streams_app.runtime.errors_policy import (
     dead_letter_headers,
 )
 from streams_app.runtime.producer import StreamsProducer
+from streams_app.runtime.state_memory import log_state_memory
 from streams_app.runtime.task import RUNNING, Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.topology import TopologyPlan, plan_topology
@@ -194,6 +195,8 @@ class Worker:
         for table in self.app.tables.values():
             self.stores[table.name] = open_store(conf.store, self.directory, table.name, options)
         self._tasks = TaskManager(self.plan, self.stores, self.memory.cache)
+        if self.stores:
+            log_state_memory(conf, self.plan, options)
 
         self._producer = StreamsProducer(
             self.transport,

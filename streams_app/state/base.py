@@ -126,11 +126,12 @@ class PartitionTransaction:
     def get(self, key: Any, default: Any = _MISSING) -> Any:
         value = self._dirty.get(key, _MISSING)
         if value is _MISSING:
-            value = self._segment.young.get(key, _MISSING)
+            segment = self._segment
+            value = segment.young.get(key, _MISSING)
             if value is _MISSING:
                 value = self._read(key)
             else:  # the hot path: one more dict lookup than a plain dict
-                self._cache.hits += 1
+                segment.hits += 1
         if value is DELETED:
             if default is _MISSING:
                 raise KeyError(key)
@@ -161,6 +162,11 @@ class PartitionTransaction:
     @property
     def dirty(self) -> bool:
         return bool(self._dirty)
+
+    @property
+    def pending_count(self) -> int:
+        """How many keys this transaction has written."""
+        return len(self._dirty)
 
     def pending_bytes(self, sample: int = 32) -> int:
         """What the pending writes cost in memory, estimated: their number times the mean

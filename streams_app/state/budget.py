@@ -42,7 +42,7 @@ class UncommittedWrites:
     means no bound; 0 commits after every batch that wrote anything.
     """
 
-    __slots__ = ("bytes", "checks", "max_bytes")
+    __slots__ = ("_mean", "_sampled_at", "bytes", "checks", "max_bytes")
 
     def __init__(self, max_bytes: int | None) -> None:
         if max_bytes is not None and max_bytes < 0:
@@ -51,17 +51,41 @@ class UncommittedWrites:
         #: The estimate the last check found (0 after a commit): a gauge for metrics.
         self.bytes = 0
         self.checks = 0
+        #: Mean entry size found by the last sizing, and the pending count it was found at.
+        self._mean = 0.0
+        self._sampled_at = 0
 
     def exceeded(self, transactions: Iterable[PartitionTransaction]) -> bool:
-        if self.max_bytes is None:
+        """Whether the pending writes of ``transactions`` cost more than the budget.
+
+        Called once per fetched batch, so it must be cheap: it counts the pending writes
+        (one ``len`` per transaction) and multiplies by the mean entry size found last time;
+        only when that comes within half of the budget, or the count has doubled since, does
+        it ask every transaction to size its new writes again
+        (:meth:`~streams_app.state.base.PartitionTransaction.pending_bytes`).
+        """
+        limit = self.max_bytes
+        if limit is None:
             return False
         self.checks += 1
-        total = 0
-        for tx in transactions:
-            if tx.dirty:
-                total += tx.pending_bytes()
+        dirty = [tx for tx in transactions if tx.dirty]
+        count = sum(tx.pending_count for tx in dirty)
+        if not count:
+            self.bytes = 0
+            return False
+        if self._mean and count < 2 * self._sampled_at and 2 * count * self._mean < limit:
+            self.bytes = int(count * self._mean)
+            return False
+        total = sum(tx.pending_bytes() for tx in dirty)
+        self._mean = total / count
+        self._sampled_at = count
         self.bytes = total
-        return total > self.max_bytes
+        return total > limit
+
+    def reset(self) -> None:
+        """The transaction ended (commit or abort): nothing is pending."""
+        self.bytes = 0
+        self._sampled_at = 0
 
 
 class StateMemory:

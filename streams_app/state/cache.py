@@ -49,7 +49,7 @@ from itertools import repeat
 from operator import add
 from typing import Any
 
-from streams_app.state.sizing import FLAT, sizeof, sizes
+from streams_app.state.sizing import FLAT, size_parts, sizeof
 
 #: Returned by lookups when the key is not cached.
 MISS: Any = object()
@@ -76,11 +76,19 @@ def entry_size(key: Any, value: Any) -> int:
 
 
 def entry_sizes(entries: Mapping[Any, Any]) -> list[int]:
-    """:func:`entry_size` of every ``(key, value)`` of ``entries``, in their order (C-level loops
-    for homogeneous keys and values: :func:`~streams_app.state.sizing.sizes`)."""
-    return list(
-        map(add, map(add, sizes(entries.keys()), sizes(entries.values())), repeat(ENTRY_OVERHEAD))
-    )
+    """:func:`entry_size` of every ``(key, value)`` of ``entries``, in their order: one or two
+    C-level passes for homogeneous flat keys and values (a commit of counts: ``str`` keys,
+    ``int`` values) (:func:`~streams_app.state.sizing.size_parts`)."""
+    key_constant, keys = size_parts(entries.keys())
+    value_constant, values = size_parts(entries.values())
+    constant = ENTRY_OVERHEAD + key_constant + value_constant
+    if keys is None and values is None:
+        return [constant] * len(entries)
+    if keys is None or values is None:
+        parts = keys if values is None else values
+        assert parts is not None
+        return list(map(add, parts, repeat(constant)))
+    return list(map(add, map(add, keys, values), repeat(constant)))
 
 
 #: Generations per segment. An entry survives as long as it is touched at least once while
@@ -113,10 +121,13 @@ class CacheSegment:
     of bytes is mirrored in the cache's totals.
     """
 
-    __slots__ = ("__weakref__", "cache", "older", "young", "young_bytes", "young_sizes")
+    __slots__ = ("__weakref__", "cache", "hits", "older", "young", "young_bytes", "young_sizes")
 
     def __init__(self, cache: ReadCache) -> None:
         self.cache = cache
+        #: Hits in this segment (counted here, where the hot path already holds the segment;
+        #: ReadCache.hits adds them up).
+        self.hits = 0
         self.young: dict[Any, Any] = {}
         self.young_sizes: dict[Any, int] = {}
         self.young_bytes = 0
@@ -131,7 +142,7 @@ class CacheSegment:
         cache = self.cache
         value = self.young.get(key, MISS)
         if value is not MISS:
-            cache.hits += 1
+            self.hits += 1
             return value
         for gen in self.older:
             value = gen.values.pop(key, MISS)
@@ -147,7 +158,7 @@ class CacheSegment:
         self.young[key] = value
         self.young_sizes[key] = size
         self.young_bytes += size
-        cache.hits += 1
+        self.hits += 1
         cache._grew(size, _SLOTS)
         return value
 
@@ -218,6 +229,8 @@ class CacheSegment:
         """Forget everything (the transaction was discarded)."""
         held = self.young_bytes + sum(g.bytes for g in self.older)
         self.cache._grew(-self.young_bytes, -held)
+        self.cache._retired_hits += self.hits
+        self.hits = 0
         self.young, self.young_sizes, self.young_bytes = {}, {}, 0
         self.older = []
 
@@ -248,7 +261,7 @@ class ReadCache:
         self._segments: weakref.WeakSet[CacheSegment] = weakref.WeakSet()
         self._bytes = 0
         self._young_bytes = 0
-        self.hits = 0
+        self._retired_hits = 0
         self.misses = 0
         self.evictions = 0
         self.rotations = 0
@@ -267,13 +280,19 @@ class ReadCache:
         return self._bytes
 
     @property
+    def hits(self) -> int:
+        """Reads served from the cache (segments count them; cleared ones hand them over)."""
+        return self._retired_hits + sum(seg.hits for seg in list(self._segments))
+
+    @property
     def entries(self) -> int:
         return sum(len(seg) for seg in list(self._segments))
 
     @property
     def hit_rate(self) -> float:
-        lookups = self.hits + self.misses
-        return self.hits / lookups if lookups else 0.0
+        hits = self.hits
+        lookups = hits + self.misses
+        return hits / lookups if lookups else 0.0
 
     def stats(self) -> dict[str, int]:
         return {

@@ -147,6 +147,18 @@ class RocksDBOptions:
 
 DEFAULT_OPTIONS = RocksDBOptions()
 
+#: Descriptors one open partition holds besides its table files: the WAL, MANIFEST, LOCK,
+#: LOG, and a spare for a file being written by a flush or compaction.
+FIXED_FILES_PER_PARTITION = 6
+
+
+def descriptors_needed(table_partitions: int, options: RocksDBOptions) -> int | None:
+    """The most file descriptors ``table_partitions`` open partitions can hold (None: no bound,
+    ``max_open_files=-1``)."""
+    if options.max_open_files < 0:
+        return None
+    return table_partitions * (options.max_open_files + FIXED_FILES_PER_PARTITION)
+
 
 def _is_lock_error(exc: BaseException) -> bool:
     text = str(exc)

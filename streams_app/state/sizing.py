@@ -25,7 +25,7 @@ itself costs a method lookup and a call per object, more than the dict store of 
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from itertools import repeat
 from operator import add
 from typing import Any
@@ -54,22 +54,32 @@ def sizeof(obj: Any) -> int:
     return _deep(obj, set())
 
 
-def sizes(objs: Collection[Any]) -> list[int]:
-    """``[sizeof(o) for o in objs]``, in C-level loops for the common homogeneous cases."""
+def size_parts(objs: Collection[Any]) -> tuple[int, Iterator[int] | None]:
+    """``sizeof`` of each of ``objs`` as ``constant + part``: ``(constant, None)`` when all are
+    the same size, else an iterator of the parts, in order. C-level loops for homogeneous flat
+    objects (ASCII ``str``, ``bytes``, small ``int``, ``float``)."""
     types = set(map(type, objs))
     if len(types) == 1:
         kind = types.pop()
         if kind is str:
             if all(map(str.isascii, objs)):
-                return list(map(add, map(len, objs), repeat(STR_BASE)))
+                return STR_BASE, map(len, objs)
         elif kind is int:
             if min(objs) > -_SMALL_INT_LIMIT and max(objs) < _SMALL_INT_LIMIT:
-                return [SMALL_INT] * len(objs)
+                return SMALL_INT, None
         elif kind is bytes:
-            return list(map(add, map(len, objs), repeat(BYTES_BASE)))
+            return BYTES_BASE, map(len, objs)
         elif kind is float:
-            return [FLOAT_SIZE] * len(objs)
-    return list(map(sizeof, objs))
+            return FLOAT_SIZE, None
+    return 0, map(sizeof, objs)
+
+
+def sizes(objs: Collection[Any]) -> list[int]:
+    """``[sizeof(o) for o in objs]``, in C-level loops for the common homogeneous cases."""
+    constant, parts = size_parts(objs)
+    if parts is None:
+        return [constant] * len(objs)
+    return list(map(add, parts, repeat(constant)))
 
 
 def _deep(obj: Any, seen: set[int]) -> int:
