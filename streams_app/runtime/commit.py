@@ -1,9 +1,10 @@
 """The commit protocol — the heart of exactly-once, in one place.
 
 A worker commits every ``commit_interval`` (100 ms under exactly-once), every ``commit_every``
-records, before giving partitions up, and when it stops. It commits only at a quiescent point:
-every record handed to an agent has been fully processed, so the transaction holds all of each
-record's effects or none of them.
+records, when its pending table writes outgrow ``state_uncommitted_max_bytes`` (KIP-892; see
+docs/memory.md), before giving partitions up, and when it stops. It commits only at a
+quiescent point: every record handed to an agent has been fully processed, so the transaction
+holds all of each record's effects or none of them.
 
 Exactly-once v2 commit, for all tasks of the worker in **one** Kafka transaction:
 
