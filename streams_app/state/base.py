@@ -17,9 +17,11 @@ from typing import Any
 
 from streams_app.codecs import Codec
 from streams_app.state.cache import MISS, ReadCache, entry_size, entry_sizes
+from streams_app.state.sizing import shared
 
-#: Marks a key deleted in a pending transaction (distinct from "not written").
-DELETED: Any = object()
+#: Marks a key deleted in a pending transaction (distinct from "not written"), and a key the
+#: store does not hold in the read cache. One shared object: it costs its entries nothing.
+DELETED: Any = shared(object())
 _MISSING: Any = object()
 
 
@@ -140,7 +142,7 @@ class PartitionTransaction:
 
     def _read(self, key: Any) -> Any:
         segment = self._segment
-        value = segment.lookup(key)
+        value = segment.lookup_older(key)
         if value is MISS:
             raw = self.partition.get(self.key_codec.dumps(key))
             value = DELETED if raw is None else self.value_codec.loads(raw)

@@ -134,22 +134,22 @@ class CacheSegment:
         self.older: list[_Generation] = []
 
     def lookup(self, key: Any) -> Any:
-        """The cached value (or the store's "absent" marker), or :data:`MISS`.
-
-        :class:`~streams_app.state.base.PartitionTransaction` inlines the young-generation hit;
-        this is the rest.
-        """
-        cache = self.cache
+        """The cached value (or the store's "absent" marker), or :data:`MISS`."""
         value = self.young.get(key, MISS)
         if value is not MISS:
             self.hits += 1
             return value
+        return self.lookup_older(key)
+
+    def lookup_older(self, key: Any) -> Any:
+        """:meth:`lookup` for a key the caller found not young (the transaction inlines the
+        young-generation hit, the hot path)."""
         for gen in self.older:
             value = gen.values.pop(key, MISS)
             if value is not MISS:
                 break
         else:
-            cache.misses += 1
+            self.cache.misses += 1
             return MISS
         # Touched again: into the young generation. Its slots in the older dicts stay
         # allocated until that generation is dropped, so they stay counted there.
@@ -159,7 +159,7 @@ class CacheSegment:
         self.young_sizes[key] = size
         self.young_bytes += size
         self.hits += 1
-        cache._grew(size, _SLOTS)
+        self.cache._grew(size, _SLOTS)
         return value
 
     def fill(self, key: Any, value: Any, size: int) -> None:

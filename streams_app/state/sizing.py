@@ -47,10 +47,22 @@ _SMALL_INT_LIMIT = 2**30
 FLOAT_SIZE = _getsizeof(0.0)
 
 
+#: Markers every holder shares (the store's "absent"): they cost a holder nothing.
+_SHARED: set[int] = set()
+
+
+def shared(marker: Any) -> Any:
+    """Register ``marker`` as costing nothing to the entries that hold it; returns it."""
+    _SHARED.add(id(marker))
+    return marker
+
+
 def sizeof(obj: Any) -> int:
     """Bytes ``obj`` and everything it holds occupy (see the module docstring)."""
     if type(obj) in FLAT:
         return _getsizeof(obj)
+    if id(obj) in _SHARED:
+        return 0
     return _deep(obj, set())
 
 
@@ -86,7 +98,7 @@ def _deep(obj: Any, seen: set[int]) -> int:
     if type(obj) in FLAT:
         return _getsizeof(obj)
     ident = id(obj)
-    if ident in seen:
+    if ident in seen or ident in _SHARED:
         return 0
     seen.add(ident)
     size = _getsizeof(obj)
