@@ -145,7 +145,12 @@ class PartitionTransaction:
         value = segment.lookup_older(key)
         if value is MISS:
             raw = self.partition.get(self.key_codec.dumps(key))
-            value = DELETED if raw is None else self.value_codec.loads(raw)
+            if raw is None:
+                # Not cached, as in Kafka Streams' caching store: a key read while absent is
+                # usually written next, and its commit caches it; RocksDB's bloom filters
+                # answer "absent" without a disk read.
+                return DELETED
+            value = self.value_codec.loads(raw)
             if self._cache.enabled:
                 segment.fill(key, value, entry_size(key, value))
         return value

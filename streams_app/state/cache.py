@@ -6,7 +6,10 @@ One cache per worker, shared by all its tables and partitions, as Kafka Streams 
 one does not, and the budget does not grow with the number of partitions owned.
 
 **What it holds.** Only committed state: values read from a store partition (which only ever
-holds what Kafka committed), and, at commit, the values the transaction just made durable.
+holds what Kafka committed), and, at commit, the values the transaction just made durable
+(deletes included, as "absent" entries). A read of a key the store does not hold is not
+cached, as in Kafka Streams' caching store: such a key is usually written next, and RocksDB's
+bloom filters answer "absent" cheaply.
 Pending writes never enter it; they stay in the transaction's own dirty map
 (:class:`~streams_app.state.base.PartitionTransaction`).
 
@@ -19,23 +22,23 @@ transaction (abort, rewind, task closed) empties its segment at once, and nothin
 served again. A new owner of a partition (after a rebalance, after a restore) likewise starts
 from an empty segment, never from values cached before the store changed underneath it.
 
-**Eviction: two generations, not a linked list.** Each segment keeps a *young* and an *old*
-dict. Reads look in young, then old (a hit in old moves the entry to young: once per entry per
-generation), then in the store (the decoded value goes to young). Commits put their values in
-young. When the young generations reach half of ``max_bytes`` (or everything would exceed it),
-every segment's old generation is dropped (the entries no read or commit touched since the
-previous rotation) and young becomes old. This is least-recently-used at the granularity of a
-generation: an entry touched at least once per half-budget of new entries is never evicted. Its
-hit path is one dict lookup:
-an exact LRU (``OrderedDict.move_to_end`` on every hit, a ``(segment, key)`` tuple per lookup)
-measured ~6-10x slower per hit, and ``cachetools.LRUCache`` slower still, which the count
-workload's ">= 0.95x today's throughput" target does not leave room for. Figures and hit rates
-of the candidates on the benchmark workloads: docs/memory.md.
+**Eviction: generations, not a linked list.** Each segment keeps a *young* dict and up to
+three older generations. Reads look in young, then in the older ones (a hit there moves the
+entry back to young: once per entry per generation), then in the store (the decoded value goes
+to young); commits put their values in young. When the young generations reach a quarter of
+``max_bytes`` (or everything would exceed it), every segment's oldest generation is dropped
+(the entries nothing touched for three rotations) and the others age by one. This is
+least-recently-used at the granularity of a generation: an entry touched at least once while
+3/4 of the budget's worth of newer entries come in is never evicted. Its hit path is one dict
+lookup; an exact LRU pays an ``OrderedDict.move_to_end`` and a ``(segment, key)`` tuple on
+every hit and a Python-level insert per key at every commit, ``cachetools.LRUCache`` more
+(measured in docs/memory.md and ``benchmarks/cache_candidates.py``), which the count workload's
+">= 0.95x today's throughput" target does not leave room for.
 
 **Accounting.** An entry costs :func:`entry_size`: ``ENTRY_OVERHEAD`` plus
 :func:`~streams_app.state.sizing.sizeof` of its key and value. The overhead covers the cache's
-own structures per entry (a slot in a value dict and in a size dict, the size's int, and the
-slack of dicts that have grown and hold deleted slots), an upper bound derived from CPython's
+own structures per entry (a slot in a value dict and one in a size dict at the worst fill
+CPython's dict growth allows, and the size's int), an upper bound derived from CPython's
 dict growth and checked with tracemalloc (tests/state/test_cache.py). ``bytes`` is exact by that
 accounting, always ``<= max_bytes`` after any operation returns.
 """
