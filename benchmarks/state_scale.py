@@ -1,7 +1,7 @@
 """State at scale: one exactly-once worker, two tables of 1 KB values, millions of distinct keys.
 
     make bench BENCH_ARGS="--state-scale"                      # until 2,000,000 distinct keys
-    make bench BENCH_ARGS="--state-scale --duration 3600 --keys 0"   # one hour, keys growing
+    make bench BENCH_ARGS="--state-scale --duration 3600 --keys 0 --rate 2000"   # one hour
 
 One embedded broker, an input topic of 16 partitions, and one worker process running
 ``benchmarks/state_topology.py`` (two reads and two 1 KB writes per record) with default
@@ -9,8 +9,8 @@ settings unless ``--set NAME=VALUE``. A generator in this process writes keyed r
 ``--value-bytes`` random (incompressible) bytes: with probability ``--hot-fraction`` a key from a
 hot set of ``--hot-keys``, otherwise a key never used before (uniform over an unbounded key
 space), so the distinct key count grows for the whole run. It keeps at most ``--max-lag``
-records ahead of the worker's committed offsets, so the worker runs flat out and the input
-never piles up on disk.
+records ahead of the worker's committed offsets, so the worker runs flat out (or at ``--rate``
+records/s) and the input never piles up on disk.
 
 Every ``--sample-every`` seconds it records the worker's RSS, open descriptors and CPU, the
 records committed, the distinct keys, and the worker's own figures (``MEM`` lines from the
@@ -132,9 +132,12 @@ class Generator:
         )
         await producer.start()
         try:
+            started = time.monotonic()
             while not self.stop.is_set() and not self.done_producing():
                 room = args.max_lag - (self.produced - self.committed)
-                if room < 1000:
+                if args.rate:
+                    room = min(room, int(args.rate * (time.monotonic() - started)) - self.produced)
+                if room < min(1000, args.rate or 1000):
                     await asyncio.sleep(0.05)
                     continue
                 futures = []
@@ -317,6 +320,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "value_bytes": args.value_bytes,
                 "hot_keys": args.hot_keys,
                 "hot_fraction": args.hot_fraction,
+                "rate": args.rate,
                 "overrides": overrides,
                 "compact_changelogs": args.compact_changelogs,
                 "checkout": args.checkout,
@@ -412,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hot-keys", type=int, default=5_000)
     parser.add_argument("--hot-fraction", type=float, default=0.5)
     parser.add_argument("--max-lag", type=int, default=40_000)
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="records/s at most (default: as fast as it goes)"
+    )
     parser.add_argument("--sample-every", type=float, default=30.0)
     parser.add_argument("--warmup", type=float, default=300.0, help="seconds before RSS counts")
     parser.add_argument("--retention-s", type=int, default=300)
