@@ -13,15 +13,17 @@ Candidates, each with the same byte accounting (streams_app.state.cache.entry_si
   decode per read;
 - ``rocksdb``: no cache at all but RocksDB's block cache, a decode per read.
 
-Figures: ns per read of a hot key (all cached), and the hit rate on a stream of half hot keys
-(10,000) and half new keys with a budget that holds about a tenth of what passes through.
-Best of ``--rounds``; not a test (the machine's load moves the figures).
+Figures: median ns per read of a cached key and per key of a commit's cache fill (every
+candidate timed in turn in each of ``--rounds``), and the hit rate on a stream of half hot keys
+(10,000) and half new keys with a budget that holds about a tenth of what passes through. Not a
+test (the machine's load moves the figures; compare within one run).
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import tempfile
 import time
 from collections import OrderedDict
@@ -33,7 +35,7 @@ from rocksdict import Cache, Options, Rdict, WriteBatch
 
 from streams_app.codecs import JsonCodec, StrCodec
 from streams_app.state.base import PartitionTransaction
-from streams_app.state.cache import ReadCache, entry_size
+from streams_app.state.cache import ReadCache, entry_size, entry_sizes
 from streams_app.state.memory import MemoryStorePartition
 
 MISSING: Any = object()
@@ -90,71 +92,112 @@ class CachetoolsLRU:
         self.cache[(segment, key)] = (value, entry_size(key, value))
 
 
-def best(fn: Callable[[], int], rounds: int) -> float:
-    """Best ns per operation over ``rounds`` (``fn`` returns its operation count)."""
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        ops = fn()
-        times.append((time.perf_counter() - start) / ops * 1e9)
-    return min(times)
-
-
-def hot_path(rounds: int, tmp: Path) -> dict[str, float]:
+def hot_path(rounds: int, tmp: Path) -> dict[str, dict[str, float]]:
+    """Median ns per hit and per committed key, each candidate timed in turn in every round
+    (interleaved, so a noisy machine disturbs them alike)."""
     keys = [f"key-{i:06d}" for i in range(10_000)]
-    reads = [keys[i] for i in random.Random(1).choices(range(10_000), k=200_000)]
-    out: dict[str, float] = {}
+    reads = [keys[i] for i in random.Random(1).choices(range(10_000), k=100_000)]
+    commit = {key: i for i, key in enumerate(keys[:2_000])}
+    loads = JsonCodec().loads
 
+    cache = ReadCache(64 << 20)
+    segment = cache.segment()
+    segment.fill_committed(
+        {k: i for i, k in enumerate(keys)}, [entry_size(k, i) for i, k in enumerate(keys)]
+    )
     part = MemoryStorePartition()
     part.write({k.encode(): b"%d" % i for i, k in enumerate(keys)}, 1)
-    tx = PartitionTransaction(part, StrCodec(), JsonCodec(), ReadCache(64 << 20))
+    tx = PartitionTransaction(part, StrCodec(), JsonCodec(), cache)
     for key in keys:
         tx.get(key)
+    lru = OrderedLRU(64 << 20)
+    try:
+        tools: Any = CachetoolsLRU(64 << 20)
+    except ImportError:
+        tools = None
+    for candidate in (lru, tools):
+        if candidate is not None:
+            for i, key in enumerate(keys):
+                candidate.put(1, key, i)
+    dbs = {}
+    for name, row_cache in (("row", True), ("plain", False)):
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        if row_cache:
+            opts.set_row_cache(Cache(64 << 20))
+        db = Rdict(str(tmp / name), opts)
+        batch = WriteBatch(raw_mode=True)
+        for i, key in enumerate(keys):
+            batch.put(key.encode(), b"%d" % i)
+        db.write(batch)
+        dbs[name] = db
 
-    def generational() -> int:
+    def generational_hits() -> int:
+        lookup = segment.lookup
+        for key in reads:
+            lookup(key)
+        return len(reads)
+
+    def transaction_hits() -> int:
         get = tx.get
         for key in reads:
             get(key, MISSING)
         return len(reads)
 
-    out["generational (PartitionTransaction.get)"] = best(generational, rounds)
-    for name, cache in (("lru-ordereddict", OrderedLRU(64 << 20)), ("cachetools", None)):
-        if cache is None:
-            try:
-                cache = CachetoolsLRU(64 << 20)
-            except ImportError:
-                continue
-        for i, key in enumerate(keys):
-            cache.put(1, key, i)
+    def generational_commit() -> int:
+        segment.fill_committed(commit, entry_sizes(commit))
+        return len(commit)
 
-        def lookup(cache: Any = cache) -> int:
-            get = cache.get
+    def lru_hits(candidate: Any) -> Callable[[], int]:
+        def run() -> int:
+            get = candidate.get
             for key in reads:
                 get(1, key)
             return len(reads)
 
-        out[name] = best(lookup, rounds)
-    loads = JsonCodec().loads
-    for name, row_cache in (("rocksdb-row-cache (+ decode)", True), ("rocksdb (+ decode)", False)):
-        opts = Options(raw_mode=True)
-        opts.create_if_missing(True)
-        if row_cache:
-            opts.set_row_cache(Cache(64 << 20))
-        db = Rdict(str(tmp / name.split()[0]), opts)
-        batch = WriteBatch(raw_mode=True)
-        for i, key in enumerate(keys):
-            batch.put(key.encode(), b"%d" % i)
-        db.write(batch)
+        return run
 
-        def rocks(db: Rdict = db) -> int:
+    def lru_commit(candidate: Any) -> Callable[[], int]:
+        def run() -> int:
+            put = candidate.put
+            for key, value in commit.items():
+                put(1, key, value)
+            return len(commit)
+
+        return run
+
+    def rocks_hits(db: Rdict) -> Callable[[], int]:
+        def run() -> int:
             get = db.get
             for key in reads:
                 loads(get(key.encode()))
             return len(reads)
 
-        out[name] = best(rocks, rounds)
+        return run
+
+    cases: dict[str, dict[str, Callable[[], int]]] = {
+        "generational: CacheSegment": {"hit": generational_hits, "commit": generational_commit},
+        "generational: PartitionTransaction.get": {"hit": transaction_hits},
+        "exact LRU (OrderedDict)": {"hit": lru_hits(lru), "commit": lru_commit(lru)},
+        "rocksdb row cache + decode": {"hit": rocks_hits(dbs["row"])},
+        "rocksdb block cache + decode": {"hit": rocks_hits(dbs["plain"])},
+    }
+    if tools is not None:
+        cases["cachetools.LRUCache"] = {"hit": lru_hits(tools), "commit": lru_commit(tools)}
+    samples: dict[str, dict[str, list[float]]] = {}
+    for _ in range(rounds):
+        for name, ops in cases.items():
+            for op, fn in ops.items():
+                start = time.perf_counter()
+                count = fn()
+                elapsed = (time.perf_counter() - start) / count * 1e9
+                samples.setdefault(name, {}).setdefault(op, []).append(elapsed)
+    for db in dbs.values():
         db.close()
-    return out
+    return {
+        name: {op: statistics.median(values) for op, values in ops.items()}
+        for name, ops in samples.items()
+    }
 
 
 def hit_rates(budget: int) -> dict[str, float]:
@@ -193,12 +236,16 @@ MISSING_CACHE: Any = __import__("streams_app.state.cache", fromlist=["MISS"]).MI
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        print("ns per read of a cached hot key (10,000 keys, 200,000 reads, best of rounds):")
-        for name, ns in hot_path(args.rounds, Path(tmp)).items():
-            print(f"  {name:42} {ns:7.0f}")
+        print("median ns per read of a cached key (10,000 keys) and per key of a commit of 2,000:")
+        for name, ops in hot_path(args.rounds, Path(tmp)).items():
+            commit = ops.get("commit")
+            print(
+                f"  {name:40} hit {ops['hit']:7.0f}   commit "
+                + ("      -" if commit is None else f"{commit:7.0f}")
+            )
     budget = 300_000 * 360 // 2 // 10  # about a tenth of the distinct keys that pass
     print(f"hit rate, half hot keys / half new keys, budget {budget:,} bytes:")
     for name, rate in hit_rates(budget).items():
