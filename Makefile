@@ -8,6 +8,7 @@ BIN := $(VENV)/bin
 # The install stamp is keyed by pyproject.toml, so a dependency change reinstalls.
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-10)
 PYTEST_ARGS ?=
+BENCH_STAMP := $(VENV)/.bench-$(shell sha1sum pyproject.toml | cut -c1-10)
 
 .PHONY: setup demo test chaos bench pipeline lint typecheck broker-start broker-stop clean
 
@@ -15,7 +16,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streams_app needs Python >= 3.11 (set PYTHON=python3.11)")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,spark,dev]'
+	$(BIN)/python -m pip install -q -e '.[test,spark,postgres,dev,compression]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -35,8 +36,14 @@ test: setup
 chaos: setup
 	$(BIN)/python -m streams_app.chaos $(CHAOS_ARGS)
 
-## bench: throughput of exactly-once vs at-least-once vs a bare aiokafka loop
-bench: setup
+# The bench extra (quixstreams, for its comparison rows) is installed by `make bench` only.
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	@rm -f $(VENV)/.bench-*
+	@touch $@
+
+## bench: streams_app vs Kafka Streams, quixstreams, faust and a bare aiokafka loop (BENCHMARKS.md)
+bench: setup $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 ## pipeline: the Spark pipeline for the orders topology, locally

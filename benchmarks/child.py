@@ -8,14 +8,20 @@ prints one ``STATS <json>`` line.
 Systems:
 
 ``streams_app``
-    ``topologies/count.py`` unchanged, configured through ``STREAMS_APP_*`` variables (app id =
-    the group, the broker, the guarantee, anything passed with ``--set``).
+    ``topologies/count.py`` unchanged (or ``--topology``, e.g. ``topologies.windowed_count``),
+    configured through ``STREAMS_APP_*`` variables (app id = the group, the broker, the
+    guarantee, anything passed with ``--set``).
 ``aiokafka``
     The ceiling: a bare aiokafka consume -> transactional produce loop. Each transaction holds
     every record fetched during one commit interval, forwarded unchanged, and the offsets
     (``send_offsets_to_transaction``); no state, no decoding.
 ``faust``
     faust-streaming's ``exactly_once`` on the same count topology (see ``faust_count.py``).
+``quix``
+    quixstreams on the same count topology (see ``quix_count.py``), under ``--guarantee``.
+
+Kafka Streams, the Java row, speaks the same stdout protocol from its own JVM
+(``kafka_streams/CountBench.java``).
 """
 
 from __future__ import annotations
@@ -84,10 +90,54 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
 
     KafkaConsumerClient.getmany = stamped  # type: ignore[method-assign]
 
+    # Time spent inside commits (the worker processes nothing meanwhile): the EOS/ALOS gap.
+    from streams_app.runtime.commit import Committer
+
+    commit_time = [0.0]
+    seen_version: list[int | None] = [None]
+    commit = Committer.commit
+
+    async def timed(self: Committer) -> bool:
+        if seen_version[0] is None:
+            seen_version[0] = _transaction_version(self.producer)
+        t0 = time.monotonic()
+        try:
+            return await commit(self)
+        finally:
+            if first.seen:
+                commit_time[0] += time.monotonic() - t0
+
+    Committer.commit = timed  # type: ignore[method-assign]
+
+    # ... and by phase: which of the commit's steps the time goes to (see runtime/commit.py).
+    from streams_app.runtime.producer import StreamsProducer
+
+    phases: dict[str, float] = {}
+
+    def clocked(cls: Any, name: str, label: str) -> None:
+        original = getattr(cls, name)
+
+        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            t0 = time.monotonic()
+            try:
+                return await original(self, *args, **kwargs)
+            finally:
+                if first.seen:
+                    phases[label] = phases.get(label, 0.0) + time.monotonic() - t0
+
+        setattr(cls, name, wrapper)
+
+    clocked(Committer, "_send_changelog", "changelog")
+    clocked(StreamsProducer, "flush_and_check", "send_gate")
+    clocked(StreamsProducer, "commit", "producer_commit")
+    from streams_app.transport.kafka import KafkaProducerClient
+
+    clocked(KafkaProducerClient, "send_offsets_to_transaction", "offsets")
+    clocked(KafkaProducerClient, "commit_transaction", "end_txn")
+
     import importlib
 
     app = importlib.import_module(args.topology).app
-
     worker = app.worker(state_dir=Path(args.state_dir))
     stop = _stop_event()
     stopper = asyncio.create_task(_stop_on(stop, worker.request_stop))
@@ -106,6 +156,9 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
         "records_processed": worker.records_processed,
         "commits": worker.committer.commits if worker._committer else None,
         "transactions": worker.producer.transactions_committed if worker._producer else None,
+        "commit_seconds": round(commit_time[0], 3),
+        "commit_phase_seconds": {k: round(v, 3) for k, v in sorted(phases.items())},
+        "transaction_version": seen_version[0],
     }
 
 
@@ -146,6 +199,14 @@ def _memory_figures(worker: Any) -> dict[str, Any]:
         else None,
     )
     return figures
+
+
+def _transaction_version(producer: Any) -> int | None:
+    """1 or 2 (KIP-890) for the worker's transactional producer, None otherwise."""
+    client = getattr(producer, "_client", None)
+    inner = getattr(client, "_producer", None)
+    version = getattr(inner, "transaction_version", None)
+    return version if isinstance(version, int) else None
 
 
 async def _stop_on(event: asyncio.Event, action: Callable[[], None]) -> None:
@@ -233,15 +294,17 @@ SYSTEMS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("system", choices=[*sorted(SYSTEMS), "faust"])
+    parser.add_argument("system", choices=[*sorted(SYSTEMS), "faust", "quix"])
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--group", required=True)
     parser.add_argument("--guarantee", default="exactly_once_v2")
     parser.add_argument("--commit-interval", type=float, default=None)
     parser.add_argument("--max-poll-records", type=int, default=2000)
     parser.add_argument("--state-dir", default="bench-state")
+    parser.add_argument(
+        "--topology", default="topologies.count", help="streams_app: the module of the app"
+    )
     parser.add_argument("--set", action="append", default=[], help="streams_app NAME=VALUE")
-    parser.add_argument("--topology", default="topologies.count", help="module with `app`")
     parser.add_argument(
         "--report-every", type=float, default=0.0, help="print MEM <json> every N seconds"
     )
@@ -251,6 +314,11 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.faust_count import run as run_faust
 
         run_faust(args)
+        return 0
+    if args.system == "quix":  # quixstreams runs its own (synchronous) loop, prints STATS itself
+        from benchmarks.quix_count import run as run_quix
+
+        run_quix(args)
         return 0
     run = SYSTEMS[args.system]
 

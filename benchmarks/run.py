@@ -1,28 +1,37 @@
-"""Throughput of exactly-once vs at-least-once vs a bare aiokafka loop, on one embedded broker.
+"""Throughput of streams_app against its peers, on one embedded broker: ``make bench``.
 
     python -m benchmarks.run [--records 200000] [--partitions 8] [--repeat 3] [--systems ...]
-    make bench BENCH_ARGS="--repeat 3"
+    make bench BENCH_ARGS="--repeat 5"
+
+Systems (``--systems``, default: all of them): streams_app under ``exactly_once_v2`` (``eos``)
+and ``at_least_once`` (``alos``); the bare aiokafka consume -> transactional produce loop, the
+ceiling for any framework on aiokafka (``ceiling``); Kafka Streams (``kstreams-eos``,
+``kstreams-alos``: the Java app in ``benchmarks/kafka_streams/``, one stream thread); quixstreams
+(``quix-eos``, ``quix-alos``); faust-streaming's ``exactly_once`` (``faust``, first round only and
+at most ``--faust-timeout`` seconds: it is two orders of magnitude slower).
 
 One broker (full-JIT JVM options unless ``--jvm fast``), one input topic pre-loaded with
-``--records`` keyed records of ``--value-bytes`` bytes, then for every system and repeat a fresh
-worker *process* with a fresh consumer group reads it from the beginning. A run is timed from
-the moment that process fetched its first input record (so JVM, worker start-up and the group
-join are excluded) until the group's committed offsets reach the input's end offsets, polled
-every 50 ms; ``total_seconds`` also counts the start-up. The worker's and the broker's CPU
-seconds over the timed window and the load average are recorded with every run: other work on
-the machine disturbs the figures, so repeat runs and compare medians.
+``--records`` keyed records of ``--value-bytes`` bytes, then per round every system in turn
+(the order rotates between rounds), each in a fresh process with a fresh consumer group reading
+the input from the beginning. A run is timed from the moment that process fetched its first
+input record (so JVM, worker start-up and the group join are excluded) until the group's
+committed offsets reach the input's end offsets, polled every 50 ms; ``total_seconds`` also
+counts the start-up. The worker's and the broker's CPU seconds over the timed window and the
+load average are recorded with every run: other work on the machine disturbs the figures, so
+compare medians of the interleaved rounds, and CPU per record.
 
-Prints a table and writes ``bench-results.json``: ``{"runs": [{"system", "guarantee",
-"records", "seconds", "records_per_s", ...}, ...], "summary": {...}}``. Not a test.
+After each run its output is checked (``benchmarks/check.py``): per-key counts with no
+duplicate and no gap, every input counted, and, for systems that claim exactly-once, written
+in transactions (markers in every partition). A run that fails the check is reported and left
+out of the medians and ratios.
 
 ``--state-scale`` runs the state-scale benchmark instead (``benchmarks/state_scale.py``: RSS,
 records/s and read-cache hit rate with millions of distinct keys; its own options).
 
-``--systems eos,alos,ceiling,faust`` adds faust-streaming's exactly-once on the same topology
-(first repeat only): it is slow enough that a run stops at ``--timeout`` and reports the rate of
-what it had committed by then (``"finished": false``). ``--profile eos`` samples the worker with
-py-spy (``pip install py-spy``) and writes a per-function summary; ``--compare LABEL=PATH``
-interleaves runs of another checkout (A/B).
+Prints a table and writes ``bench-results.json``: ``{"runs": [{"system", "guarantee", "key",
+"records", "seconds", "records_per_s", "cpu_seconds", "correct", ...}, ...], "summary": {...}}``.
+Not a test. ``--profile eos`` samples a streams_app worker with py-spy and writes a
+per-function summary; ``--compare LABEL=PATH`` interleaves runs of another checkout (A/B).
 """
 
 from __future__ import annotations
@@ -42,14 +51,19 @@ import sys
 import tempfile
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.check import InputSummary, check_output, end_offsets, summarise_input
 from benchmarks.child import CEILING_OUTPUT_TOPIC, INPUT_TOPIC, OUTPUT_TOPIC
 from benchmarks.faust_count import FAUST_OUTPUT_TOPIC
+from benchmarks.quix_count import QUIX_OUTPUT_TOPIC
 
 REPO = Path(__file__).resolve().parent.parent
+KSTREAMS_OUTPUT_TOPIC = "kstreams-count-output"
+WINDOWED_OUTPUT_TOPIC = "windowed-count-output"
 
 #: Kafka's own kafka-server-start.sh settings: G1, full tiered JIT (the embedded broker's default
 #: is C1-only and serial GC, for fast test starts).
@@ -67,20 +81,54 @@ FULL_JIT_OPTS = (
 @dataclass(frozen=True)
 class System:
     key: str
+    #: The ``system`` field of bench-results.json.
     label: str
+    #: How the run is started (``benchmarks.child`` systems, or ``kafka_streams``: a JVM).
     child: str
     guarantee: str
+    output_topic: str
+    #: ``count`` (one running count per input) or ``echo`` (input forwarded unchanged).
+    output_kind: str = "count"
+    #: Worker processes in the group (scale-out: ``eos-2w``).
+    workers: int = 1
     #: The checkout the child runs from (``--compare`` adds runs from another one).
     repo: Path = REPO
+    #: streams_app only: the topology module the child runs (None: topologies.count).
+    topology: str | None = None
+
+    @property
+    def claims_exactly_once(self) -> bool:
+        return self.guarantee.startswith("exactly_once")
 
 
+EOS, ALOS = "exactly_once_v2", "at_least_once"
 SYSTEMS = {
-    "eos": System("eos", "streams_app", "streams_app", "exactly_once_v2"),
-    "alos": System("alos", "streams_app", "streams_app", "at_least_once"),
-    "ceiling": System("ceiling", "aiokafka loop", "aiokafka", "exactly_once (txn)"),
-    "faust": System("faust", "faust-streaming", "faust", "exactly_once"),
+    s.key: s
+    for s in (
+        System("eos", "streams_app", "streams_app", EOS, OUTPUT_TOPIC),
+        System("alos", "streams_app", "streams_app", ALOS, OUTPUT_TOPIC),
+        System("eos-2w", "streams_app x2", "streams_app", EOS, OUTPUT_TOPIC, workers=2),
+        System("ceiling", "aiokafka loop", "aiokafka", EOS, CEILING_OUTPUT_TOPIC, "echo"),
+        System("kstreams-eos", "kafka_streams", "kafka_streams", EOS, KSTREAMS_OUTPUT_TOPIC),
+        System("kstreams-alos", "kafka_streams", "kafka_streams", ALOS, KSTREAMS_OUTPUT_TOPIC),
+        System("quix-eos", "quixstreams", "quix", EOS, QUIX_OUTPUT_TOPIC),
+        System("quix-alos", "quixstreams", "quix", ALOS, QUIX_OUTPUT_TOPIC),
+        System("faust", "faust-streaming", "faust", "exactly_once", FAUST_OUTPUT_TOPIC),
+        # The same count in one-minute tumbling windows (issue 12): target >= 0.8 x eos.
+        System(
+            "windowed",
+            "streams_app windowed",
+            "streams_app",
+            EOS,
+            WINDOWED_OUTPUT_TOPIC,
+            "windowed",
+            topology="topologies.windowed_count",
+        ),
+    )
 }
-DEFAULT_SYSTEMS = ("eos", "alos", "ceiling")
+DEFAULT_SYSTEMS = tuple(SYSTEMS)
+#: The peers' exactly-once rows that streams_app's EOS is compared with (ratios in the summary).
+PEER_EOS = ("kstreams-eos", "quix-eos", "faust")
 FAUST_DEFAULT_COMMIT_INTERVAL = 2.8
 
 
@@ -115,7 +163,7 @@ async def create_topics(bootstrap: str, partitions: int) -> None:
         existing = set(await admin.list_topics())
         wanted = [
             NewTopic(name, partitions, 1)
-            for name in (INPUT_TOPIC, OUTPUT_TOPIC, CEILING_OUTPUT_TOPIC, FAUST_OUTPUT_TOPIC)
+            for name in (INPUT_TOPIC, *sorted({s.output_topic for s in SYSTEMS.values()}))
             if name not in existing
         ]
         if wanted:
@@ -205,17 +253,38 @@ class OffsetWatcher:
         return sum(max(0, committed[tp].offset) for tp in self.tps if tp in committed)
 
 
-async def run_once(
+def commit_interval_for(system: System, args: argparse.Namespace) -> float:
+    if args.commit_interval is not None:
+        return float(args.commit_interval)
+    if system.child == "faust":
+        return FAUST_DEFAULT_COMMIT_INTERVAL  # its broker_commit_interval default
+    return 1.0 if system.guarantee == ALOS else 0.1
+
+
+def child_command(
     system: System,
-    index: int,
     args: argparse.Namespace,
+    *,
     bootstrap: str,
-    broker_pid: int | None,
-    watcher: OffsetWatcher,
-    records: int,
-    workdir: Path,
-) -> dict[str, Any]:
-    group = f"bench-{system.key.replace('@', '.')}-{index}-{uuid.uuid4().hex[:6]}"
+    group: str,
+    state_dir: Path,
+    profile_path: Path | None = None,
+) -> list[str]:
+    """The command line of one worker process of ``system``."""
+    commit_interval = commit_interval_for(system, args)
+    if system.child == "kafka_streams":
+        from benchmarks import kafka_streams
+
+        return kafka_streams.command(
+            args.kstreams_classpath,
+            bootstrap=bootstrap,
+            application_id=group,
+            input_topic=INPUT_TOPIC,
+            output_topic=system.output_topic,
+            guarantee=system.guarantee,
+            commit_interval_s=commit_interval,
+            state_dir=state_dir,
+        )
     cmd = [
         sys.executable,
         "-m",
@@ -225,53 +294,102 @@ async def run_once(
         bootstrap,
         "--group",
         group,
+        "--guarantee",
+        system.guarantee,
         "--state-dir",
-        str(workdir / group),
+        str(state_dir),
         "--max-poll-records",
         str(args.max_poll_records),
+        "--commit-interval",
+        str(commit_interval),
     ]
     if system.child == "streams_app":
-        cmd += ["--guarantee", system.guarantee]
+        if system.topology:
+            cmd += ["--topology", system.topology]
         for item in args.set:
             cmd += ["--set", item]
-    commit_interval = args.commit_interval
-    if commit_interval is None and system.child == "faust":
-        commit_interval = FAUST_DEFAULT_COMMIT_INTERVAL  # its broker_commit_interval default
-    elif commit_interval is None:
-        commit_interval = 1.0 if system.guarantee == "at_least_once" else 0.1
-    cmd += ["--commit-interval", str(commit_interval)]
+    if profile_path is not None and args.profiler == "pyinstrument":
+        cmd += ["--profile", str(profile_path)]
+    return cmd
+
+
+async def run_once(
+    system: System,
+    index: int,
+    args: argparse.Namespace,
+    bootstrap: str,
+    broker_pid: int | None,
+    watcher: OffsetWatcher,
+    expected: InputSummary,
+    workdir: Path,
+) -> dict[str, Any]:
+    records = expected.records
+    group = f"bench-{system.key.replace('@', '.')}-{index}-{uuid.uuid4().hex[:6]}"
+    commit_interval = commit_interval_for(system, args)
+
+    def command(state_dir: Path) -> list[str]:
+        return child_command(
+            system,
+            args,
+            bootstrap=bootstrap,
+            group=group,
+            state_dir=state_dir,
+            profile_path=profile_path,
+        )
+
+    timeout = args.faust_timeout if system.child == "faust" else args.timeout
+    output_start = await end_offsets(bootstrap, system.output_topic)
     profile_path = None
     if system.key in args.profile:
         profile_path = Path(args.profile_dir) / f"profile-{system.key}-{index}"
         profile_path.parent.mkdir(parents=True, exist_ok=True)
-        if args.profiler == "pyinstrument":
-            cmd += ["--profile", str(profile_path)]
 
     log_path = workdir / f"{group}.log"
     load_before = load_average()
     spawned = time.time()
+    procs = []
     with open(log_path, "wb") as log:
-        proc = await asyncio.create_subprocess_exec(
-            *cmd, stdout=asyncio.subprocess.PIPE, stderr=log, cwd=system.repo
-        )
+        for n in range(system.workers):
+            # Each worker of a multi-worker run is a process with its own state directory.
+            state_dir = workdir / group / f"worker-{n}"
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    *command(state_dir),
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=log,
+                    cwd=system.repo,
+                )
+            )
+    pids = [p.pid for p in procs]
     first: float | None = None
     first_seen = asyncio.Event()
     stats: dict[str, Any] = {}
     cpu_at_first: tuple[float | None, float | None] = (None, None)
 
-    async def read_stdout() -> None:
+    def cpu_now() -> tuple[float | None, float | None]:
+        workers = [cpu_seconds(pid) for pid in pids]
+        total = None if any(c is None for c in workers) else sum(c or 0.0 for c in workers)
+        return total, cpu_seconds(broker_pid)
+
+    async def read_stdout(proc: asyncio.subprocess.Process) -> None:
         nonlocal first, cpu_at_first
         assert proc.stdout is not None
         async for raw in proc.stdout:
             line = raw.decode(errors="replace").strip()
             if "FIRST " in line:  # faust may put terminal escapes before it
-                first = float(line.split("FIRST ", 1)[1].split()[0])
-                cpu_at_first = (cpu_seconds(proc.pid), cpu_seconds(broker_pid))
-                first_seen.set()
+                stamp = float(line.split("FIRST ", 1)[1].split()[0])
+                if first is None:
+                    first = stamp
+                    cpu_at_first = cpu_now()
+                    first_seen.set()
             elif "STATS " in line:
-                stats.update(json.loads(line.split("STATS ", 1)[1]))
+                for name, value in json.loads(line.split("STATS ", 1)[1]).items():
+                    if isinstance(value, int | float) and not isinstance(value, bool):
+                        stats[name] = stats.get(name, 0) + value
+                    else:
+                        stats[name] = value
 
-    reader = asyncio.create_task(read_stdout())
+    readers = [asyncio.create_task(read_stdout(proc)) for proc in procs]
     spy = None
     if profile_path is not None and args.profiler == "py-spy":
         # Sampling from outside: a few per cent of overhead instead of pyinstrument's 2-3x.
@@ -286,29 +404,29 @@ async def run_once(
             "--output",
             str(profile_path) + ".collapsed",
             "--pid",
-            str(proc.pid),
+            str(pids[0]),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )
-    deadline = time.monotonic() + args.timeout
+    deadline = time.monotonic() + timeout
     done_at: float | None = None
     cpu_at_done: tuple[float | None, float | None] = (None, None)
     finished = False
     done_records = records
     try:
         while time.monotonic() < deadline:
-            if proc.returncode is not None:
+            if any(proc.returncode is not None for proc in procs):
                 break
             if first_seen.is_set() and await watcher.done(group):
                 done_at = time.time()
-                cpu_at_done = (cpu_seconds(proc.pid), cpu_seconds(broker_pid))
+                cpu_at_done = cpu_now()
                 finished = True
                 break
             await asyncio.sleep(0.05)
-        if not finished and first_seen.is_set() and proc.returncode is None:
+        if not finished and first_seen.is_set() and all(p.returncode is None for p in procs):
             # Too slow for --timeout: report the rate of what it committed so far.
             done_at = time.time()
-            cpu_at_done = (cpu_seconds(proc.pid), cpu_seconds(broker_pid))
+            cpu_at_done = cpu_now()
             done_records = await watcher.committed_total(group)
     finally:
         load_after = load_average()
@@ -321,27 +439,39 @@ async def run_once(
             collapsed = Path(str(profile_path) + ".collapsed")
             if collapsed.exists():
                 profile_path.with_suffix(".txt").write_text(summarise_collapsed(collapsed))
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), 60)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        for proc in procs:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()
+        for proc in procs:
+            try:
+                await asyncio.wait_for(proc.wait(), 60)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(reader, 5)
+            await asyncio.wait_for(asyncio.gather(*readers), 5)
     if done_at is None or first is None:
         tail = log_path.read_text(errors="replace")[-3000:]
-        raise RuntimeError(
-            f"{system.key} run {index} did not finish (exit {proc.returncode}):\n{tail}"
-        )
+        codes = [proc.returncode for proc in procs]
+        raise RuntimeError(f"{system.key} run {index} did not finish (exit {codes}):\n{tail}")
     seconds = done_at - first
 
     def delta(i: int) -> float | None:
         a, b = cpu_at_first[i], cpu_at_done[i]
         return None if a is None or b is None else round(b - a, 2)
 
+    verdict = await check_output(
+        bootstrap,
+        system.output_topic,
+        output_start,
+        expected,
+        kind=system.output_kind,
+        transactional=system.claims_exactly_once,
+        complete=finished,
+    )
+    worker_cpu, broker_cpu = delta(0), delta(1)
+    cpu_total = None if worker_cpu is None else round(worker_cpu + (broker_cpu or 0.0), 2)
     return {
         "system": system.label,
         "guarantee": system.guarantee,
@@ -353,8 +483,15 @@ async def run_once(
         "records_per_s": round(done_records / seconds),
         "total_seconds": round(done_at - spawned, 3),
         "commit_interval_s": commit_interval,
-        "worker_cpu_s": delta(0),
-        "broker_cpu_s": delta(1),
+        "worker_cpu_s": worker_cpu,
+        "broker_cpu_s": broker_cpu,
+        # The system's process and the broker over the timed window (CPU per record is the
+        # figure the machine's load moves least).
+        "cpu_seconds": cpu_total,
+        "cpu_us_per_record": (
+            None if cpu_total is None else round(cpu_total * 1e6 / max(1, done_records), 2)
+        ),
+        **verdict.as_json(),
         "load_before": load_before,
         "load_after": load_after,
         "profile": str(profile_path) + ".txt" if profile_path else None,
@@ -367,36 +504,85 @@ async def run_once(
 
 def table(runs: list[dict[str, Any]]) -> str:
     header = (
-        f"{'system':<20} {'guarantee':<18} {'#':>2} {'records':>8} {'seconds':>8} "
-        f"{'records/s':>10} {'total s':>8} {'worker cpu':>10} {'broker cpu':>10} {'load':>10}"
+        f"{'system':<16} {'guarantee':<16} {'#':>2} {'records':>8} {'seconds':>8} "
+        f"{'records/s':>10} {'total s':>8} {'worker cpu':>10} {'broker cpu':>10} "
+        f"{'us/rec':>7} {'ok':>3} {'markers':>7} {'load':>11}"
     )
     lines = [header, "-" * len(header)]
     for r in runs:
+        if "error" in r:
+            lines.append(f"{r['system']:<16} {r['guarantee']:<16} {r['repeat']:>2}  FAILED")
+            continue
         load = f"{r['load_before']:.2f}/{r['load_after']:.2f}"
         lines.append(
-            f"{r['system']:<20} {r['guarantee']:<18} {r['repeat']:>2} {r['records']:>8} "
+            f"{r['system']:<16} {r['guarantee']:<16} {r['repeat']:>2} {r['records']:>8} "
             f"{r['seconds']:>8.2f} {r['records_per_s']:>10,} {r['total_seconds']:>8.2f} "
-            f"{_fmt(r['worker_cpu_s']):>10} {_fmt(r['broker_cpu_s']):>10} {load:>10}"
+            f"{_fmt(r['worker_cpu_s']):>10} {_fmt(r['broker_cpu_s']):>10} "
+            f"{_fmt(r['cpu_us_per_record'], 1):>7} {'yes' if r['correct'] else 'NO':>3} "
+            f"{r['txn_markers']:>7} {load:>11}"
         )
     return "\n".join(lines)
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if not a or not b else round(a / b, 3)
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per system over its correct runs, and streams_app EOS's ratios to the others.
+
+    ``ratios`` divides medians; ``paired_ratios`` is the median over rounds of the ratio within
+    each round (both runs saw about the same machine load), where both systems ran that round.
+    """
+    good = [r for r in runs if "error" not in r and r["correct"]]
+    keys = list(dict.fromkeys(r["key"] for r in runs))
     medians: dict[str, float] = {}
-    for key in dict.fromkeys(r["key"] for r in runs):
-        medians[key] = statistics.median(r["records_per_s"] for r in runs if r["key"] == key)
-    summary: dict[str, Any] = {"median_records_per_s": {k: round(v) for k, v in medians.items()}}
-    if "eos" in medians and "alos" in medians:
-        summary["eos_over_alos"] = round(medians["eos"] / medians["alos"], 3)
-    if "eos" in medians and "ceiling" in medians:
-        summary["eos_over_ceiling"] = round(medians["eos"] / medians["ceiling"], 3)
-    if "alos" in medians and "ceiling" in medians:
-        summary["alos_over_ceiling"] = round(medians["alos"] / medians["ceiling"], 3)
-    return summary
+    cpu: dict[str, float] = {}
+    for key in keys:
+        rates = [r["records_per_s"] for r in good if r["key"] == key]
+        if rates:
+            medians[key] = statistics.median(rates)
+        per_record = [
+            r["cpu_us_per_record"] for r in good if r["key"] == key and r["cpu_us_per_record"]
+        ]
+        if per_record:
+            cpu[key] = statistics.median(per_record)
+    by_round: dict[int, dict[str, float]] = {}
+    for r in good:
+        by_round.setdefault(r["repeat"], {})[r["key"]] = r["records_per_s"]
+    ratios: dict[str, float | None] = {}
+    paired: dict[str, float | None] = {}
+    for other in ("alos", "ceiling", *PEER_EOS):
+        if other not in medians and other not in keys:
+            continue
+        name = f"eos_over_{other.replace('-', '_')}"
+        ratios[name] = _ratio(medians.get("eos"), medians.get(other))
+        pairs = [x["eos"] / x[other] for x in by_round.values() if "eos" in x and x.get(other)]
+        paired[name] = round(statistics.median(pairs), 3) if pairs else None
+    for name, key in (("eos_2w_over_eos", "eos-2w"), ("windowed_over_eos", "windowed")):
+        if key not in medians:
+            continue
+        ratios[name] = _ratio(medians[key], medians.get("eos"))
+        pairs = [x[key] / x["eos"] for x in by_round.values() if key in x and x.get("eos")]
+        paired[name] = round(statistics.median(pairs), 3) if pairs else None
+    return {
+        "median_records_per_s": {k: round(v) for k, v in medians.items()},
+        "median_cpu_us_per_record": {k: round(v, 2) for k, v in cpu.items()},
+        "ratios": ratios,
+        "paired_ratios": paired,
+        "incorrect_runs": [
+            f"{r['key']} #{r['repeat']}: {r.get('error') or '; '.join(r['problems'])}"
+            for r in runs
+            if "error" in r or not r["correct"]
+        ],
+        # Kept for readers of the earlier schema.
+        **{k: v for k, v in ratios.items() if k in ("eos_over_alos", "eos_over_ceiling")},
+        "alos_over_ceiling": _ratio(medians.get("alos"), medians.get("ceiling")),
+    }
 
 
 def machine() -> dict[str, Any]:
@@ -408,6 +594,65 @@ def machine() -> dict[str, Any]:
     }
 
 
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from streams_app.broker.jars import kafka_version
+
+    found = {"kafka": kafka_version()}
+    for package in ("aiokafka", "quixstreams", "confluent-kafka", "faust-streaming", "rocksdict"):
+        with contextlib.suppress(PackageNotFoundError):
+            found[package] = version(package)
+    return found
+
+
+async def measure_latencies(
+    args: argparse.Namespace, bootstrap: str, summary: dict[str, Any], workdir: Path
+) -> dict[str, Any]:
+    """``--latency``: produce-to-visible latency of streams_app per guarantee, at half of the
+    capacity this run measured (``--latency-rate`` when given or not measured)."""
+    from benchmarks import latency
+
+    results: dict[str, Any] = {}
+    medians = summary["median_records_per_s"]
+    for key in ("eos", "alos"):
+        system = SYSTEMS[key]
+        rate = args.latency_rate or (medians[key] // 2 if key in medians else 10_000)
+        group = latency.new_group(key)
+        command = child_command(
+            system, args, bootstrap=bootstrap, group=group, state_dir=workdir / group
+        )
+        result = await latency.measure(
+            bootstrap=bootstrap,
+            command=command,
+            cwd=system.repo,
+            group=group,
+            input_topic=INPUT_TOPIC,
+            output_topic=system.output_topic,
+            keys=args.keys,
+            rate=int(rate),
+            seconds=args.latency_seconds,
+            log_path=workdir / f"{group}.log",
+        )
+        result["commit_interval_s"] = commit_interval_for(system, args)
+        results[key] = result
+        print(
+            f"  latency {key:<5} at {result['rate_achieved']:,}/s: p50 {result['p50_ms']} ms, "
+            f"p99 {result['p99_ms']} ms, max {result['max_ms']} ms "
+            f"(commit interval {result['commit_interval_s'] * 1000:.0f} ms, "
+            f"{result['missing']} outputs missing)",
+            flush=True,
+        )
+    return results
+
+
+def _rounds(systems: list[System], index: int, once: list[str]) -> list[System]:
+    """Round ``index``'s systems, rotated by one per round so none always runs first."""
+    chosen = [s for s in systems if index == 1 or s.key not in once]
+    shift = (index - 1) % len(chosen) if chosen else 0
+    return chosen[shift:] + chosen[:shift]
+
+
 # -- main -----------------------------------------------------------------------------------
 
 
@@ -415,7 +660,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from streams_app.broker.cluster import EmbeddedKafka
     from streams_app.broker.node import DEFAULT_JVM_OPTS
 
-    systems = [SYSTEMS[s] for s in args.systems.split(",")]
+    base = [SYSTEMS[s] for s in args.systems.split(",")]
+    systems = list(base)
     for item in args.compare:
         # A/B: the same systems from another checkout (e.g. a git worktree of the previous
         # commit), interleaved with ours so both see the same machine load.
@@ -425,9 +671,25 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             dataclasses.replace(
                 s, key=f"{s.key}@{label}", label=f"{s.label}@{label}", repo=Path(path).resolve()
             )
-            for s in list(systems)
+            for s in base
             if s.child == "streams_app"
         ]
+    if any(s.child == "kafka_streams" for s in systems):
+        from benchmarks import kafka_streams
+
+        t0 = time.monotonic()
+        args.kstreams_classpath = kafka_streams.build()
+        print(f"Kafka Streams benchmark app ready ({time.monotonic() - t0:.1f}s)")
+    if any(s.child == "quix" for s in systems):
+        try:
+            with warnings.catch_warnings():  # its dependencies' deprecation notices
+                warnings.simplefilter("ignore")
+                import quixstreams  # noqa: F401
+        except ImportError:
+            raise SystemExit(
+                "the quixstreams rows need quixstreams: `make bench` installs it (pip install "
+                "-e '.[bench]'), or leave quix-eos,quix-alos out of --systems"
+            ) from None
     workdir = Path(tempfile.mkdtemp(prefix="streams-bench-"))
     kafka = None
     try:
@@ -436,18 +698,26 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         else:
             jvm_opts = FULL_JIT_OPTS if args.jvm == "full" else DEFAULT_JVM_OPTS
             print(f"starting the embedded broker ({args.jvm} JVM options, heap {args.heap})...")
-            kafka = EmbeddedKafka(1, jvm_opts=jvm_opts, heap=args.heap).start()
+            # Kafka's own default initial rebalance delay (the embedded broker's is 0, for fast
+            # tests): the two workers of ``eos-2w`` then join one generation, no rebalance while
+            # timed. Outside the timed window for every system.
+            kafka = EmbeddedKafka(
+                1,
+                jvm_opts=jvm_opts,
+                heap=args.heap,
+                settings={"group.initial.rebalance.delay.ms": "3000"},
+            ).start()
             bootstrap, broker_pid = kafka.bootstrap_servers, kafka.node(1).pid
         await create_topics(bootstrap, args.partitions)
         t0 = time.monotonic()
         await preload(bootstrap, args.records, args.keys, args.value_bytes, args.seed)
+        expected = await summarise_input(bootstrap, INPUT_TOPIC)
         runs: list[dict[str, Any]] = []
         async with OffsetWatcher(bootstrap) as watcher:
-            records = watcher.total
             print(
-                f"pre-loaded {INPUT_TOPIC}: {records:,} records over {args.partitions} "
-                f"partitions ({args.value_bytes}-byte values, {args.keys:,} keys) in "
-                f"{time.monotonic() - t0:.1f}s"
+                f"pre-loaded {INPUT_TOPIC}: {expected.records:,} records over "
+                f"{args.partitions} partitions ({args.value_bytes}-byte values, "
+                f"{len(expected.key_counts):,} keys) in {time.monotonic() - t0:.1f}s"
             )
             for index in range(args.warmup):
                 # Untimed: lets the broker's JIT compile its produce, fetch, transaction and
@@ -455,39 +725,64 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 # ceiling-only warm-up still saw 2-4x the broker CPU of the later ones).
                 for warm_system in (SYSTEMS["ceiling"], SYSTEMS["eos"]):
                     warm = await run_once(
-                        warm_system,
-                        -index,
-                        args,
-                        bootstrap,
-                        broker_pid,
-                        watcher,
-                        records,
-                        workdir,
+                        warm_system, -index, args, bootstrap, broker_pid, watcher, expected, workdir
                     )
                     print(
-                        f"  warm-up  {warm_system.key:<8} #{index + 1}: "
+                        f"  warm-up  {warm_system.key:<13} #{index + 1}: "
                         f"{warm['records_per_s']:>8,} records/s (not counted)"
                     )
             for index in range(1, args.repeat + 1):
-                for system in systems:
-                    if index > 1 and system.key in args.once:
+                for system in _rounds(systems, index, args.once):
+                    try:
+                        run = await run_once(
+                            system, index, args, bootstrap, broker_pid, watcher, expected, workdir
+                        )
+                    except RuntimeError as exc:
+                        print(f"  {system.key:<13} #{index}: FAILED: {exc}", flush=True)
+                        runs.append(
+                            {
+                                "system": system.label,
+                                "guarantee": system.guarantee,
+                                "key": system.key,
+                                "repeat": index,
+                                "error": str(exc)[:2000],
+                                "correct": False,
+                            }
+                        )
                         continue
-                    run = await run_once(
-                        system, index, args, bootstrap, broker_pid, watcher, records, workdir
-                    )
                     runs.append(run)
+                    verdict = (
+                        "correct" if run["correct"] else "WRONG: " + "; ".join(run["problems"])
+                    )
                     print(
-                        f"  {system.key:<8} #{index}: {run['records_per_s']:>8,} records/s "
-                        f"({run['seconds']:.2f}s, worker cpu {_fmt(run['worker_cpu_s'])}s, "
-                        f"load {run['load_before']}/{run['load_after']})",
+                        f"  {system.key:<13} #{index}: {run['records_per_s']:>8,} records/s "
+                        f"({run['seconds']:.2f}s, cpu {_fmt(run['worker_cpu_s'])}s + broker "
+                        f"{_fmt(run['broker_cpu_s'])}s, load {run['load_before']}/"
+                        f"{run['load_after']}, {verdict})",
                         flush=True,
                     )
+        summary = summarise(runs)
+        latency: dict[str, Any] = {}
+        if args.latency:
+            try:
+                latency = await measure_latencies(args, bootstrap, summary, workdir)
+            except Exception as exc:  # never lose the throughput rounds to it
+                print(f"  latency FAILED: {exc!r}", flush=True)
+                latency = {"error": repr(exc)[:2000]}
+        database = None
+        if args.database:  # the PostgreSQL sink and outbox relay rows (benchmarks/database.py)
+            from benchmarks.database import bench_database
+
+            database = await bench_database(bootstrap, broker_pid, workdir, repeat=args.repeat)
         return {
+            "database": database,
             "runs": runs,
-            "summary": summarise(runs),
+            "summary": summary,
+            "latency": latency,
             "machine": machine(),
+            "versions": versions(),
             "settings": {
-                "records": records,
+                "records": expected.records,
                 "partitions": args.partitions,
                 "value_bytes": args.value_bytes,
                 "keys": args.keys,
@@ -495,6 +790,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 "heap": args.heap,
                 "max_poll_records": args.max_poll_records,
                 "streams_app_overrides": args.set,
+                "repeat": args.repeat,
+                "systems": [s.key for s in systems],
             },
         }
     finally:
@@ -519,25 +816,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--keys", type=int, default=10_000, help="distinct keys")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (default: %(default)s)")
     parser.add_argument(
         "--warmup", type=int, default=1, help="untimed ceiling + EOS runs first (rounds)"
     )
     parser.add_argument(
         "--once",
         default="faust",
-        help="systems run in the first repeat only (default: %(default)s, it is slow)",
+        help="systems run in the first round only (default: %(default)s, it is slow)",
     )
     parser.add_argument(
         "--systems",
         default=",".join(DEFAULT_SYSTEMS),
-        help=f"comma-separated, of {', '.join(SYSTEMS)} (default: %(default)s)",
+        help=f"comma-separated, of {', '.join(SYSTEMS)} (default: all)",
     )
     parser.add_argument(
         "--commit-interval",
         type=float,
         default=None,
-        help="seconds, for every system (default: each guarantee's own: 0.1 EOS, 1.0 ALOS)",
+        help="seconds, for every system (default: each guarantee's: 0.1 EOS, 1.0 ALOS; "
+        "faust its own 2.8)",
     )
     parser.add_argument("--max-poll-records", type=int, default=2000, help="the ceiling's")
     parser.add_argument("--set", action="append", default=[], help="streams_app NAME=VALUE")
@@ -553,6 +851,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument(
+        "--faust-timeout",
+        type=float,
+        default=60.0,
+        help="seconds for the faust run, which reports its partial rate (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--latency",
+        action="store_true",
+        help="then measure streams_app's produce-to-visible latency per guarantee",
+    )
+    parser.add_argument("--latency-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--latency-rate",
+        type=int,
+        default=None,
+        help="records/s (default: half of the guarantee's median throughput in this run)",
+    )
+    parser.add_argument(
         "--profile",
         default="",
         help="comma-separated systems to profile (see --profiler)",
@@ -561,7 +877,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profiler", choices=("py-spy", "pyinstrument"), default="py-spy")
     parser.add_argument("--out", default="bench-results.json")
     parser.add_argument("--keep", action="store_true", help="keep worker logs and state")
+    parser.add_argument(
+        "--database",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also the PostgreSQL sink and outbox relay rows (benchmarks/database.py)",
+    )
     args = parser.parse_args(argv)
+    unknown = [s for s in args.systems.split(",") if s not in SYSTEMS]
+    if unknown:
+        parser.error(f"unknown systems {unknown}; choose from {', '.join(SYSTEMS)}")
     args.profile = [p for p in args.profile.split(",") if p]
     if (
         args.profile
@@ -572,18 +897,28 @@ def main(argv: list[str] | None = None) -> int:
     args.once = [p for p in args.once.split(",") if p]
 
     print(f"load average before: {os.getloadavg()}")
+    started = time.monotonic()
     result = asyncio.run(main_async(args))
+    result["wall_seconds"] = round(time.monotonic() - started, 1)
     print()
     print(table(result["runs"]))
     print()
     summary = result["summary"]
+    cpu = summary["median_cpu_us_per_record"]
     for key, value in summary["median_records_per_s"].items():
-        print(f"median {key:<8} {value:>10,} records/s")
-    for name in ("eos_over_alos", "eos_over_ceiling", "alos_over_ceiling"):
-        if name in summary:
-            print(f"{name:<18} {summary[name]:.3f}")
+        print(f"median {key:<14} {value:>10,} records/s   {cpu.get(key, 0):>6.1f} us CPU/record")
+    for name, value in summary["ratios"].items():
+        paired = summary["paired_ratios"].get(name)
+        print(f"{name:<24} {_fmt(value, 3):>7}   (paired by round: {_fmt(paired, 3)})")
+    for problem in summary["incorrect_runs"]:
+        print(f"INCORRECT {problem}")
+    if result.get("database"):
+        from benchmarks.database import table as database_table
+
+        print()
+        print(database_table(result["database"]))
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out} ({result['wall_seconds']:.0f}s in all)")
     return 0
 
 

@@ -6,8 +6,12 @@ records and offsets, zombies fenced by consumer-group generation (KIP-447).
 """
 
 from streams_app.app import Agent, App, Settings, Stream, Table, Topic
-from streams_app.app.context import Event
+from streams_app.app.context import Event, current_task
+from streams_app.app.windows import WindowRange
 from streams_app.errors import (
+    AuthorizationError,
+    BrokerAuthenticationError,
+    BrokerSecurityMismatch,
     BrokerUnavailable,
     ConfigError,
     StreamsAppError,
@@ -20,6 +24,9 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "App",
+    "AuthorizationError",
+    "BrokerAuthenticationError",
+    "BrokerSecurityMismatch",
     "BrokerUnavailable",
     "ConfigError",
     "Event",
@@ -29,6 +36,8 @@ __all__ = [
     "Table",
     "Topic",
     "TopologyError",
+    "WindowRange",
     "WorkerStopped",
     "__version__",
+    "current_task",
 ]

@@ -47,3 +47,57 @@ class BrokerTooOld(StreamsAppError):
 
 class WorkerStopped(StreamsAppError):
     """The worker stopped because the error policy said so; carries the original error."""
+
+
+class BrokerAuthenticationError(StreamsAppError):
+    """The broker refused our credentials (SASL) at start."""
+
+
+class BrokerSecurityMismatch(StreamsAppError):
+    """The client and the broker's listener disagree on TLS or SASL (e.g. TLS to a PLAINTEXT
+    listener), or the broker's certificate is not trusted."""
+
+
+class AuthorizationError(StreamsAppError):
+    """The broker refused an operation for want of an ACL; names the ACL and the principal.
+
+    Fatal, as in Kafka Streams: retrying cannot help until an operator adds the ACL."""
+
+    def __init__(self, operation: str, resource: str, name: str, principal: str) -> None:
+        self.operation = operation
+        self.resource = resource
+        self.name = name
+        self.principal = principal
+        option = {
+            "topic": "--topic",
+            "group": "--group",
+            "transactional id": "--transactional-id",
+            "cluster": "--cluster",
+        }.get(resource, f"--{resource}")
+        target = option if resource == "cluster" else f"{option} '{name}'"
+        super().__init__(
+            f"the broker refused {operation} on {resource} {name!r} for principal {principal}: "
+            f"the ACL ({operation} on {resource} {name!r}) is missing. Fix: add it, e.g. "
+            f"kafka-acls.sh --bootstrap-server ... --add --allow-principal {principal} "
+            f"--operation {operation.title().replace('_', '')} {target}"
+        )
+
+
+class DatabaseUnavailable(StreamsAppError):
+    """No PostgreSQL answered at the configured address (named as host:port/db, never the DSN)."""
+
+    def __init__(self, address: str, detail: str = "") -> None:
+        self.address = address
+        extra = f" ({detail})" if detail else ""
+        super().__init__(
+            f"PostgreSQL at {address} is unavailable{extra}. Start it, or fix the DSN "
+            "(--dsn / STREAMS_APP_POSTGRES_DSN)."
+        )
+
+
+class LateRecord(StreamsAppError):
+    """A record arrived after every window it belongs to had closed (dead-letter reason)."""
+
+
+class InvalidTimestamp(StreamsAppError):
+    """A record's timestamp is missing or negative (dead-letter reason)."""

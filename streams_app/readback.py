@@ -1,8 +1,17 @@
-"""Read topics back the way a downstream consumer sees them.
+"""Read back what an app committed, the way a downstream consumer sees it: the Python API for
+app teams, scripts and tests (the CLI's ``status``, ``tables`` and ``--wait-committed`` use it).
 
-Used by the demo, the test suites and the chaos verifier: read every partition of some topics up
-to their end offsets, ``read_committed`` by default, so exactly what committed transactions
-produced is returned, in partition order.
+- :func:`read_topics`: every record of some topics up to their end offsets, ``read_committed``
+  by default, so exactly what committed transactions produced, in partition order;
+- :func:`read_table`: a table's committed contents, from its changelog (``read_committed``, the
+  latest value per key, tombstones delete);
+- :func:`group_progress` and :func:`wait_committed`: per input partition, the group's committed
+  offset against the end offset, and waiting until the group has committed everything written
+  so far (what a test or a deployment script needs instead of polling raw offsets);
+- :func:`wait_app_committed`: the same for an :class:`~streams_app.app.app.App`'s own group and
+  inputs.
+
+See docs/operations.md ("Read-back from Python").
 """
 
 from __future__ import annotations
@@ -10,10 +19,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+
+from streams_app.kafka.ops_admin import OpsAdmin
+
+if TYPE_CHECKING:
+    from streams_app.app.app import App
+    from streams_app.app.table import Table
 
 
 @dataclass(frozen=True)
@@ -172,3 +187,171 @@ async def group_lag(
     finally:
         await consumer.stop()
         await admin.close()
+
+
+# -- tables ------------------------------------------------------------------------------------
+
+
+async def read_table(
+    app: App,
+    table: str | Table,
+    *,
+    timeout: float = 60.0,
+    bootstrap: str | None = None,
+) -> dict[Any, Any]:
+    """A table's committed contents, decoded with its codecs: ``{key: value}``.
+
+    Read from the table's changelog topic, ``read_committed``, up to the last stable offset at
+    call time: what every worker restoring the table would see, and nothing an open transaction
+    holds. The latest record per key wins and a tombstone (null value) deletes the key. Empty
+    when the changelog does not exist yet (no worker has run).
+    """
+    name = table if isinstance(table, str) else table.name
+    found = app.tables.get(name)
+    if found is None:
+        raise KeyError(f"app {app.id!r} has no table {name!r} (it has {sorted(app.tables)})")
+    changelog = found.changelog_topic
+    records = await read_topics(
+        bootstrap or app.conf.bootstrap_servers,
+        [changelog],
+        timeout=timeout,
+        security=app.conf.security(),
+    )
+    contents: dict[Any, Any] = {}
+    for record in records[changelog]:
+        if record.key is None:
+            continue
+        key = found.key_codec.loads(record.key)
+        if record.value is None:
+            contents.pop(key, None)
+        else:
+            contents[key] = found.value_codec.loads(record.value)
+    return contents
+
+
+# -- committed progress of a group -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionProgress:
+    """One input partition of a group: its committed offset against the end of the log."""
+
+    topic: str
+    partition: int
+    #: The group's committed offset (the next record to process); None: never committed.
+    committed: int | None
+    #: The high watermark when read.
+    end: int
+    #: Records written and not yet committed as processed (from the log start if never
+    #: committed).
+    lag: int
+
+
+async def progress_with(
+    admin: OpsAdmin, group_id: str, topics: Collection[str] | None
+) -> list[PartitionProgress]:
+    """:func:`group_progress` through an admin client the caller already holds."""
+    committed = await admin.committed_offsets(group_id)
+    names = sorted(set(topics) if topics is not None else {topic for topic, _ in committed})
+    tps: list[tuple[str, int]] = []
+    for name in names:
+        tps.extend((name, p) for p in await admin.partitions(name))
+    ends = await admin.end_offsets(tps)
+    missing = [tp for tp in tps if tp not in committed]
+    starts = await admin.beginning_offsets(missing)
+    out = []
+    for tp in tps:
+        done = committed.get(tp)
+        base = done if done is not None else starts[tp]
+        out.append(PartitionProgress(tp[0], tp[1], done, ends[tp], max(0, ends[tp] - base)))
+    return out
+
+
+async def group_progress(
+    bootstrap: str,
+    group_id: str,
+    topics: Collection[str] | None = None,
+    *,
+    security: dict[str, Any] | None = None,
+) -> list[PartitionProgress]:
+    """Committed offset, end offset and lag of every partition of ``topics`` (default: every
+    topic the group has committed offsets for)."""
+    async with OpsAdmin(bootstrap, **(security or {})) as admin:
+        return await progress_with(admin, group_id, topics)
+
+
+async def wait_committed(
+    bootstrap: str,
+    group_id: str,
+    topics: Collection[str] | None = None,
+    *,
+    timeout: float = 60.0,
+    poll: float = 0.2,
+    security: dict[str, Any] | None = None,
+    outputs: Collection[str] = (),
+) -> list[PartitionProgress]:
+    """Wait until ``group_id`` has committed everything written to ``topics`` so far.
+
+    With ``outputs``, also wait until none of their partitions holds an open transaction: a
+    transaction's commit marker reaches ``__consumer_offsets`` and the output partitions
+    separately, so right after the offsets show up a ``read_committed`` reader of an output
+    could still stop short of the records that transaction committed.
+
+    Done when, on every partition, the committed offset has reached the end offset, and the end
+    offsets did not move while that was checked (so records a repartition step wrote in the
+    meantime are not missed). A worker commits the position after a trailing transaction marker,
+    so "committed == end" means everything was processed. Kafka offers no event for this, so
+    it polls every ``poll`` seconds. Returns the final progress; raises :class:`TimeoutError`
+    naming the lagging partitions after ``timeout`` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    async with OpsAdmin(bootstrap, **(security or {})) as admin:
+        while True:
+            progress = await progress_with(admin, group_id, topics)
+            if progress and all(p.lag == 0 for p in progress):
+                again = await admin.end_offsets([(p.topic, p.partition) for p in progress])
+                if all(again[(p.topic, p.partition)] == p.end for p in progress) and not (
+                    outputs
+                    and await last_stable_equals_high_watermark(bootstrap, outputs, security)
+                ):
+                    return progress
+            if loop.time() > deadline:
+                behind = [p for p in progress if p.lag] or progress
+                detail = ", ".join(
+                    f"{p.topic}[{p.partition}] committed "
+                    f"{'nothing' if p.committed is None else p.committed} of {p.end}"
+                    for p in behind[:8]
+                )
+                raise TimeoutError(
+                    f"group {group_id!r} has not committed everything after {timeout:g}s: "
+                    f"{detail or 'no input partitions found'}"
+                )
+            await asyncio.sleep(poll)
+
+
+def app_input_topics(app: App) -> list[str]:
+    """The topics an app's agents consume (its repartition topics appear once it has run)."""
+    return sorted({agent.channel.name for agent in app.agents})
+
+
+async def wait_app_committed(
+    app: App, *, timeout: float = 60.0, poll: float = 0.2
+) -> list[PartitionProgress]:
+    """:func:`wait_committed` for the app's own group, over its agents' input topics and every
+    topic the group has committed offsets for (its repartition topics); its other declared
+    topics and its tables' changelogs are the outputs that must hold no open transaction."""
+    conf = app.conf
+    async with OpsAdmin(conf.bootstrap_servers, **conf.security()) as admin:
+        committed = await admin.committed_offsets(conf.id)
+    topics = set(app_input_topics(app)) | {topic for topic, _ in committed}
+    outputs = (set(app.topics) | {t.changelog_topic for t in app.tables.values()}) - topics
+    return await wait_committed(
+        conf.bootstrap_servers,
+        conf.id,
+        topics,
+        timeout=timeout,
+        poll=poll,
+        security=conf.security(),
+        outputs=sorted(outputs),
+    )

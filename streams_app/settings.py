@@ -3,13 +3,22 @@
 The environment wins so that one topology module runs unchanged on a laptop, in docker-compose
 and in production: the code states intent and defaults, the deployment states addresses and
 sizes. Every wrong value stops the worker at start with a :class:`~streams_app.errors.ConfigError`
-naming the setting and the fix.
+naming the setting, the value and the fix, before anything touches Kafka: a typo should cost
+a second, not a stalled worker or a traceback an hour later. Limits only the broker knows
+(``transaction.max.timeout.ms``, the session timeout range, ``message.max.bytes``) are checked
+against the broker when the worker starts (``streams_app.runtime.broker_limits``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import importlib.util
+import logging
+import math
 import os
+import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,18 +26,50 @@ from typing import Any
 
 from streams_app.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 EXACTLY_ONCE_V2 = "exactly_once_v2"
 AT_LEAST_ONCE = "at_least_once"
 AT_MOST_ONCE = "at_most_once"
 GUARANTEES = (EXACTLY_ONCE_V2, AT_LEAST_ONCE, AT_MOST_ONCE)
 ERROR_POLICIES = ("retry", "stop", "dlq")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: The SASL mechanisms a worker can use from settings alone (GSSAPI needs a Kerberos set-up
+#: and OAUTHBEARER a token provider object, neither of which a setting can carry).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+COMPRESSION_TYPES = ("gzip", "snappy", "lz4", "zstd")
+#: aiokafka 0.14 (``aiokafka/codec.py``) compresses snappy, lz4 and zstd with ``cramjam``, an
+#: optional dependency: ``pip install 'streams_app[compression]'`` installs it. gzip is stdlib.
+COMPRESSION_MODULES = {"snappy": "cramjam", "lz4": "cramjam", "zstd": "cramjam"}
 ENV_PREFIX = "STREAMS_APP_"
+#: ``STREAMS_APP_*`` variables that are not settings but are read elsewhere (tooling, tests).
+#: Anything else with the prefix is probably a misspelt setting and is warned about.
+NON_SETTING_VARIABLES = frozenset(
+    {
+        "STREAMS_APP_ID",
+        "STREAMS_APP_CACHE_DIR",
+        "STREAMS_APP_KAFKA_VERSION",
+        "STREAMS_APP_TEST_BOOTSTRAP",
+        "STREAMS_APP_TEST_BACKEND",
+        "STREAMS_APP_SPARK_MASTER",
+        "STREAMS_APP_PG_BINDIR",
+        "STREAMS_APP_PIPELINE_HOME",
+        "STREAMS_APP_PIPELINE_POSTGRES",
+        "STREAMS_APP_TEST_CRASH_AT",
+    }
+)
 
-#: Settings that are secrets: never printed, never logged.
-SECRET_SETTINGS = frozenset({"sasl_password", "ssl_password"})
+#: Settings that are secrets: never printed, never logged, never echoed in an error.
+SECRET_SETTINGS = frozenset({"sasl_password", "ssl_password", "postgres_dsn"})
+MASK = "*****"
+#: Kafka's millisecond settings are 32-bit ints.
+_MAX_MS = 2**31 - 1
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+#: Names already warned about (each unknown variable is reported once per process).
+_warned_env: set[str] = set()
 
 
-@dataclass
+@dataclass(repr=False)
 class Settings:
     """Everything a worker needs to know; see docs/settings.md for the full reference."""
 
@@ -41,7 +82,14 @@ class Settings:
     commit_interval: float | None = None
     #: Commit after this many records even before the interval is up.
     commit_every: int = 10_000
+    #: Seconds a task with several co-partitioned inputs waits for one that has nothing
+    #: buffered before processing the others without it (Kafka Streams' max.task.idle.ms;
+    #: 0: wait only for records already on the broker; -1: never wait).
+    max_task_idle: float = 0.0
     transaction_timeout: float = 10.0
+    #: Kafka's transaction protocol: None uses version 2 (KIP-890: no AddPartitionsToTxn or
+    #: AddOffsetsToTxn, a new epoch per transaction) where the cluster has it, else 1.
+    transaction_version: int | None = None
     session_timeout: float = 10.0
     heartbeat_interval: float = 3.0
     max_poll_interval: float = 300.0
@@ -78,8 +126,11 @@ class Settings:
     rocksdb_max_open_files: int = 64
     producer_linger_ms: int = 5
     producer_max_batch_size: int = 256 * 1024
+    #: Largest produce request (one record plus overhead) the producer sends; Kafka's
+    #: ``max.request.size``. Checked against the broker's ``message.max.bytes`` at start.
+    max_request_size: int = 1_048_576
     compression_type: str | None = None
-    # Security: passed through to the Kafka clients unchanged.
+    # Security: passed through to the Kafka clients.
     security_protocol: str = "PLAINTEXT"
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
@@ -88,9 +139,21 @@ class Settings:
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: str | None = None
+    #: The database of the app's PostgreSQL sinks (and the outbox relay run with -A); a libpq
+    #: DSN or URL. A secret (it may hold a password): never logged, masked by describe().
+    postgres_dsn: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if isinstance(self.state_dir, str):
+            self.state_dir = Path(self.state_dir)
+
     # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """Every setting a keyword argument or ``STREAMS_APP_<NAME>`` may set."""
+        return [f.name for f in dataclasses.fields(cls) if f.name not in ("id", "extra")]
 
     @classmethod
     def build(
@@ -98,22 +161,23 @@ class Settings:
     ) -> Settings:
         """Defaults < keyword arguments < environment. Unknown names are rejected."""
         environ = os.environ if environ is None else environ
-        fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in ("id", "extra")}
-        unknown = set(overrides) - set(fields)
-        if unknown:
-            name = sorted(unknown)[0]
-            raise ConfigError(
-                name,
-                "is not a streams_app setting",
-                f"remove it, or use one of: {', '.join(sorted(fields))}",
-            )
+        kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        _reject_unknown(overrides)
         values: dict[str, Any] = dict(overrides)
-        for name, f in fields.items():
+        for name in cls.names():
             raw = environ.get(ENV_PREFIX + name.upper())
             if raw is not None:
-                values[name] = _parse(name, raw, f.type)
+                values[name] = _parse(name, raw, kinds[name])
+        warn_unknown_environment(environ)
         app_id = environ.get(ENV_PREFIX + "ID", id)
         settings = cls(id=app_id, **values)
+        settings.validate()
+        return settings
+
+    def replace(self, **overrides: Any) -> Settings:
+        """A copy with ``overrides`` applied and validated (a worker's ``--state-dir``, tests)."""
+        _reject_unknown(overrides)
+        settings = dataclasses.replace(self, **overrides)
         settings.validate()
         return settings
 
@@ -139,19 +203,61 @@ class Settings:
             servers.append(part.rstrip("/"))
         return ",".join(servers)
 
+    @property
+    def principal(self) -> str:
+        """The Kafka principal the broker sees for these settings (for ACL error messages).
+
+        SASL: ``User:<sasl_username>``. TLS with a client certificate: ``User:`` and the
+        certificate's subject, as Kafka's default principal builder names it. Otherwise
+        ``User:ANONYMOUS``.
+        """
+        if self.security_protocol.startswith("SASL") and self.sasl_username:
+            return f"User:{self.sasl_username}"
+        if self.security_protocol == "SSL" and self.ssl_certfile:
+            return f"User:{certificate_subject(self.ssl_certfile)}"
+        return "User:ANONYMOUS"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The client TLS context: verify the broker against ``ssl_cafile`` (else the system's
+        CAs), check its host name, present ``ssl_certfile`` if set.
+
+        Errors name the setting whose file is wrong.
+        """
+        try:
+            context = ssl.create_default_context(cafile=self.ssl_cafile)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                "ssl_cafile",
+                f"{self.ssl_cafile!r} is not a readable PEM CA bundle ({exc})",
+                "point ssl_cafile at the PEM file of the CA that signed the broker's certificate",
+            ) from None
+        if self.ssl_certfile:
+            try:
+                context.load_cert_chain(
+                    self.ssl_certfile, self.ssl_keyfile or None, self.ssl_password or None
+                )
+            except (OSError, ssl.SSLError, ValueError) as exc:
+                text = str(exc).lower()
+                if self.ssl_password and ("decrypt" in text or "password" in text):
+                    name = "ssl_password"
+                else:
+                    name = "ssl_keyfile" if self.ssl_keyfile else "ssl_certfile"
+                raise ConfigError(
+                    name,
+                    f"the client certificate {self.ssl_certfile!r} / key "
+                    f"{self.ssl_keyfile or '(in the certificate file)'!r} cannot be loaded "
+                    f"({type(exc).__name__}: {exc})",
+                    "use a PEM certificate and its PEM private key; set ssl_password if the key "
+                    "is encrypted",
+                ) from None
+        return context
+
     def security(self) -> dict[str, Any]:
         """Client keyword arguments for TLS and SASL, passed through to aiokafka."""
         out: dict[str, Any] = {"security_protocol": self.security_protocol}
         if self.security_protocol in ("SSL", "SASL_SSL"):
-            from aiokafka.helpers import create_ssl_context
-
-            out["ssl_context"] = create_ssl_context(
-                cafile=self.ssl_cafile,
-                certfile=self.ssl_certfile,
-                keyfile=self.ssl_keyfile,
-                password=self.ssl_password,
-            )
-        if self.sasl_mechanism:
+            out["ssl_context"] = self.ssl_context()
+        if self.security_protocol.startswith("SASL") and self.sasl_mechanism:
             out["sasl_mechanism"] = self.sasl_mechanism
             out["sasl_plain_username"] = self.sasl_username
             out["sasl_plain_password"] = self.sasl_password
@@ -162,48 +268,122 @@ class Settings:
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            out[f.name] = "*****" if f.name in SECRET_SETTINGS and value else value
+            out[f.name] = MASK if f.name in SECRET_SETTINGS and value else value
         return out
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in self.describe().items())
+        return f"Settings({shown})"
 
     # -- validation -----------------------------------------------------------------------
 
     def validate(self) -> None:
-        if not self.id or not all(c.isalnum() or c in "._-" for c in self.id):
+        """Raise :class:`ConfigError` for the first wrong value (types, ranges, relations)."""
+        self._validate_identity()
+        self._validate_timing()
+        self._validate_sizes()
+        self._validate_state_memory()
+        self._validate_errors()
+        self._validate_security()
+        self._validate_database()
+
+    def _validate_database(self) -> None:
+        """The DSN's shape only (libpq parses it when a sink or the relay connects); never
+        echoed: it may carry a password."""
+        dsn = self.postgres_dsn
+        if dsn is None:
+            return
+        if not isinstance(dsn, str) or not dsn.strip():
             raise ConfigError(
-                "id", f"{self.id!r} is not a valid app id", "use letters, digits, '.', '_', '-'"
+                "postgres_dsn",
+                "is not a non-empty string",
+                "set a libpq DSN ('host=... dbname=...') or URL (postgresql://host:5432/db)",
             )
-        if self.processing_guarantee not in GUARANTEES:
+        scheme = dsn.split("://", 1)[0] if "://" in dsn else None
+        if scheme is not None and scheme not in ("postgresql", "postgres"):
             raise ConfigError(
-                "processing_guarantee",
-                f"unknown guarantee {self.processing_guarantee!r}",
-                f"use one of {', '.join(GUARANTEES)}",
+                "postgres_dsn",
+                f"has the scheme {scheme!r}",
+                "use a postgresql://host:5432/db URL or a libpq 'key=value' DSN",
             )
+
+    def _validate_identity(self) -> None:
+        if not isinstance(self.id, str) or not _TOPIC_NAME.match(self.id):
+            raise ConfigError(
+                "id",
+                f"{self.id!r} is not a valid app id",
+                "use 1-249 letters, digits, '.', '_', '-' (it names the consumer group, the "
+                "transactional ids and internal topics)",
+            )
+        _choice(self, "processing_guarantee", GUARANTEES)
+        _string(self, "broker")
         if not self.bootstrap_servers:
             raise ConfigError("broker", "is empty", "set broker='kafka://host:9092'")
         for server in self.bootstrap_servers.split(","):
             host, _, port = server.rpartition(":")
-            if not host or not port.isdigit():
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ConfigError(
                     "broker",
-                    f"{server!r} is not host:port",
+                    f"{server!r} in {self.broker!r} is not host:port",
                     "use broker='kafka://host:9092' (several: comma-separated)",
                 )
+        _string(self, "store")
         scheme = self.store.split("://", 1)[0]
         if "://" not in self.store or scheme not in ("rocksdb", "memory"):
             raise ConfigError(
                 "store", f"unknown store {self.store!r}", "use 'rocksdb://' or 'memory://'"
             )
+        if not isinstance(self.state_dir, Path) or not str(self.state_dir):
+            raise ConfigError(
+                "state_dir", f"{self.state_dir!r} is not a path", "use a directory path"
+            )
+        for name in ("lineage_headers", "transaction_headers"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ConfigError(
+                    name,
+                    f"{value!r} is not a boolean (a non-empty string would read as true)",
+                    f"use {name}=True or {name}=False "
+                    f"({ENV_PREFIX}{name.upper()}=true/false/1/0/yes/no/on/off)",
+                )
+        if not isinstance(self.extra, dict):
+            raise ConfigError("extra", f"{self.extra!r} is not a dict", "use extra={...}")
+
+    def _validate_timing(self) -> None:
+        if self.commit_interval is not None:
+            _seconds(self, "commit_interval", "e.g. 0.1 (exactly-once) or 1.0")
         interval = self.effective_commit_interval
-        if interval <= 0:
-            raise ConfigError("commit_interval", "must be positive", "use e.g. 0.1 (seconds)")
-        if self.commit_every < 1:
-            raise ConfigError("commit_every", "must be at least 1", "use e.g. 10000")
+        _seconds(self, "transaction_timeout", "e.g. 10 (Kafka Streams' default)")
+        _seconds(self, "session_timeout", "e.g. 10 (between the broker's group.min/max)")
+        _seconds(self, "heartbeat_interval", "e.g. 3, a third of session_timeout")
+        _seconds(self, "max_poll_interval", "e.g. 300")
+        _seconds(self, "restore_timeout", "e.g. 300")
+        if isinstance(self.max_task_idle, bool) or not isinstance(self.max_task_idle, int | float):
+            raise ConfigError(
+                "max_task_idle",
+                f"{self.max_task_idle!r} is not a number of seconds",
+                "use seconds >= 0 (0: the default), or -1 to never wait for an input",
+            )
+        if not math.isfinite(self.max_task_idle) or (
+            self.max_task_idle < 0 and self.max_task_idle != -1
+        ):
+            raise ConfigError(
+                "max_task_idle",
+                f"{self.max_task_idle} is not a finite number >= 0 or -1",
+                "use seconds >= 0 (0: the default), or -1 to never wait for an input",
+            )
         if self.exactly_once and self.transaction_timeout < interval:
             raise ConfigError(
                 "transaction_timeout",
                 f"{self.transaction_timeout}s is below commit_interval ({interval}s): every "
                 "transaction would time out before it commits",
                 "raise transaction_timeout or lower commit_interval",
+            )
+        if self.transaction_version not in (None, 1, 2):
+            raise ConfigError(
+                "transaction_version",
+                f"unknown version {self.transaction_version!r}",
+                "leave it unset (version 2 where the cluster has it), or use 1 or 2",
             )
         if self.heartbeat_interval >= self.session_timeout:
             raise ConfigError(
@@ -212,37 +392,54 @@ class Settings:
                 f"({self.session_timeout}s)",
                 "use a heartbeat_interval of at most a third of session_timeout",
             )
-        if self.error_policy not in ERROR_POLICIES:
+        if self.max_poll_interval < interval:
             raise ConfigError(
-                "error_policy",
-                f"unknown policy {self.error_policy!r}",
-                f"use one of {', '.join(ERROR_POLICIES)}",
+                "max_poll_interval",
+                f"{self.max_poll_interval}s is below commit_interval ({interval}s): the group "
+                "would drop the worker between two commits",
+                "raise max_poll_interval (default 300) or lower commit_interval",
             )
-        if "{topic}" not in self.dead_letter_topic and not self.dead_letter_topic:
+        if self.exactly_once and self.restore_timeout <= self.transaction_timeout:
             raise ConfigError(
-                "dead_letter_topic", "is empty", "use e.g. '{topic}.dlq' or a fixed topic name"
+                "restore_timeout",
+                f"{self.restore_timeout}s is not above transaction_timeout "
+                f"({self.transaction_timeout}s): a restore waiting for the broker to abort a "
+                "transaction a crashed worker left open would give up before the broker does",
+                "use a restore_timeout well above transaction_timeout (default 300)",
             )
-        for name in ("topic_partitions", "topic_replication_factor", "max_poll_records"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, "must be at least 1", f"set {name} to a positive number")
-        self._validate_state_memory()
-        if self.security_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+
+    def _validate_sizes(self) -> None:
+        _count(self, "commit_every", 1, "e.g. 10000")
+        _count(self, "max_poll_records", 1, "e.g. 2000")
+        _count(self, "topic_partitions", 1, "e.g. 8")
+        _count(self, "topic_replication_factor", 1, "at most the number of brokers", 32767)
+        _count(self, "producer_linger_ms", 0, "e.g. 5 (milliseconds)", _MAX_MS)
+        _count(self, "producer_max_batch_size", 1, "e.g. 262144 (bytes)", _MAX_MS)
+        _count(self, "max_request_size", 1, "e.g. 1048576 (bytes)", _MAX_MS)
+        if self.producer_max_batch_size > self.max_request_size:
             raise ConfigError(
-                "security_protocol",
-                f"unknown protocol {self.security_protocol!r}",
-                "use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+                "producer_max_batch_size",
+                f"{self.producer_max_batch_size} bytes is above max_request_size "
+                f"({self.max_request_size}): a full batch could not be sent",
+                "lower producer_max_batch_size or raise max_request_size",
             )
-        if self.security_protocol.startswith("SASL") and not self.sasl_mechanism:
-            raise ConfigError(
-                "sasl_mechanism",
-                f"is required with security_protocol={self.security_protocol}",
-                "set sasl_mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)",
-            )
+        if self.compression_type is not None:
+            _choice(self, "compression_type", COMPRESSION_TYPES)
+            module = COMPRESSION_MODULES.get(self.compression_type)
+            if module and importlib.util.find_spec(module) is None:
+                raise ConfigError(
+                    "compression_type",
+                    f"{self.compression_type!r} needs the {module!r} library, which is not "
+                    "installed",
+                    "pip install 'streams_app[compression]' (or use compression_type='gzip' "
+                    "or None)",
+                )
 
     def _validate_state_memory(self) -> None:
         for name in ("state_cache_max_bytes", "state_uncommitted_max_bytes"):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < 0):
+            allowed_none = name == "state_uncommitted_max_bytes"  # None: unbounded
+            if not (value is None and allowed_none) and (not _is_int(value) or value < 0):
                 raise ConfigError(
                     name,
                     f"{value!r} is not a number of bytes",
@@ -265,34 +462,239 @@ class Settings:
                 "use e.g. 64 (files per table partition), or -1 to keep every file open",
             )
 
+    def _validate_errors(self) -> None:
+        _choice(self, "error_policy", ERROR_POLICIES)
+        _seconds(self, "retry_backoff", "e.g. 0.1")
+        _seconds(self, "retry_backoff_max", "e.g. 10")
+        if self.retry_backoff > self.retry_backoff_max:
+            raise ConfigError(
+                "retry_backoff",
+                f"{self.retry_backoff}s is above retry_backoff_max ({self.retry_backoff_max}s)",
+                "lower retry_backoff or raise retry_backoff_max",
+            )
+        if self.max_retries is not None:
+            _count(self, "max_retries", 0, "e.g. 10, or None to retry forever")
+        _string(self, "dead_letter_topic")
+        sample = self.dead_letter_topic.replace("{topic}", "orders")
+        problem = None
+        if not _TOPIC_NAME.match(sample):
+            problem = "is not a valid topic name (letters, digits, '.', '_', '-'; '{topic}')"
+        elif sample.startswith("__"):
+            problem = "names an internal topic (names starting with '__' belong to Kafka)"
+        elif "{topic}" not in self.dead_letter_topic and sample in (".", ".."):
+            problem = "is not a valid topic name"
+        if problem:
+            raise ConfigError(
+                "dead_letter_topic",
+                f"{self.dead_letter_topic!r} {problem}",
+                "use e.g. '{topic}.dlq' (the default) or a fixed topic name of your own",
+            )
+
+    def _validate_security(self) -> None:
+        _choice(self, "security_protocol", SECURITY_PROTOCOLS)
+        tls = self.security_protocol in ("SSL", "SASL_SSL")
+        sasl = self.security_protocol.startswith("SASL")
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            _string(self, name)
+            if not tls:
+                raise ConfigError(
+                    name,
+                    f"is set but security_protocol is {self.security_protocol}: the "
+                    "connection would not use TLS",
+                    "set security_protocol='SSL' or 'SASL_SSL', or remove the ssl_* settings",
+                )
+            if name == "ssl_password":
+                continue
+            path = Path(value)
+            if not path.is_file() or not os.access(path, os.R_OK):
+                state = "does not exist" if not path.exists() else "is not a readable file"
+                raise ConfigError(
+                    name,
+                    f"the file {value!r} {state}",
+                    f"point {name} at a readable PEM file",
+                )
+        if self.ssl_keyfile and not self.ssl_certfile:
+            raise ConfigError(
+                "ssl_keyfile",
+                "is set without ssl_certfile",
+                "set ssl_certfile to the client certificate of this key",
+            )
+        if self.ssl_password and not self.ssl_certfile:
+            raise ConfigError(
+                "ssl_password",
+                "is set without ssl_certfile (it decrypts the client key)",
+                "set ssl_certfile/ssl_keyfile, or remove ssl_password",
+            )
+        if self.sasl_mechanism is not None:
+            _string(self, "sasl_mechanism")
+            if self.sasl_mechanism not in SASL_MECHANISMS:
+                raise ConfigError(
+                    "sasl_mechanism",
+                    f"unknown mechanism {self.sasl_mechanism!r}",
+                    f"use one of {', '.join(SASL_MECHANISMS)}",
+                )
+        for name in ("sasl_mechanism", "sasl_username", "sasl_password"):
+            if getattr(self, name) is not None and not sasl:
+                raise ConfigError(
+                    name,
+                    f"is set but security_protocol is {self.security_protocol}: it would not "
+                    "be used",
+                    "set security_protocol='SASL_SSL' (or 'SASL_PLAINTEXT'), or remove the "
+                    "sasl_* settings",
+                )
+        if sasl:
+            if not self.sasl_mechanism:
+                raise ConfigError(
+                    "sasl_mechanism",
+                    f"is required with security_protocol={self.security_protocol}",
+                    f"set sasl_mechanism ({', '.join(SASL_MECHANISMS)})",
+                )
+            for name in ("sasl_username", "sasl_password"):
+                value = getattr(self, name)
+                if not isinstance(value, str) or not value:
+                    raise ConfigError(
+                        name,
+                        f"is required with sasl_mechanism={self.sasl_mechanism}"
+                        + ("" if value is None else " and must be a non-empty string"),
+                        f"set {name} (or {ENV_PREFIX}{name.upper()})",
+                    )
+        if tls:
+            self.ssl_context()  # a CA or key file that does not load is named now
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _shown(name: str, value: Any) -> str:
+    return MASK if name in SECRET_SETTINGS else repr(value)
+
+
+def _reject_unknown(overrides: Mapping[str, Any]) -> None:
+    known = Settings.names()
+    for name in sorted(set(overrides) - set(known)):
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(
+            name,
+            "is not a streams_app setting",
+            f"{hint}remove it, or use one of: {', '.join(sorted(known))}",
+        )
+
+
+def warn_unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """Warn (once per process and variable) about ``STREAMS_APP_*`` names that set nothing.
+
+    A misspelt variable is otherwise silently ignored and the default applies, which is how a
+    production worker ends up with the laptop's broker. Returns the warnings issued now.
+    """
+    known = {ENV_PREFIX + name.upper() for name in Settings.names()} | NON_SETTING_VARIABLES
+    issued = []
+    for variable in sorted(environ):
+        if not variable.startswith(ENV_PREFIX) or variable in known or variable in _warned_env:
+            continue
+        _warned_env.add(variable)
+        close = difflib.get_close_matches(variable, sorted(known), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        message = f"environment variable {variable} is not a streams_app setting{hint}"
+        log.warning("%s (ignored)", message)
+        issued.append(message)
+    return issued
+
+
+def _string(settings: Settings, name: str) -> None:
+    value = getattr(settings, name)
+    if not isinstance(value, str):
+        raise ConfigError(name, f"{_shown(name, value)} is not a string", f"set {name} to text")
+
+
+def _choice(settings: Settings, name: str, choices: tuple[str, ...]) -> None:
+    value = getattr(settings, name)
+    if value not in choices:
+        raise ConfigError(
+            name, f"unknown value {_shown(name, value)}", f"use one of {', '.join(choices)}"
+        )
+
+
+def _seconds(settings: Settings, name: str, example: str) -> None:
+    """A finite, positive number of seconds that fits Kafka's int32 milliseconds."""
+    value = getattr(settings, name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(
+            name, f"{value!r} is not a number of seconds", f"set {name} to a number, {example}"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(
+            name, f"{value!r} is not a positive, finite number of seconds", f"use {example}"
+        )
+    if value * 1000 > _MAX_MS:
+        raise ConfigError(
+            name, f"{value!r}s is above Kafka's limit of {_MAX_MS // 1000}s", f"use {example}"
+        )
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _parse(name: str, raw: str, annotation: Any) -> Any:
-    """Turn an environment string into the setting's type."""
-    kind = str(annotation)
+def _count(
+    settings: Settings, name: str, minimum: int, example: str, maximum: int | None = None
+) -> None:
+    value = getattr(settings, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, f"{value!r} is not a whole number", f"use {example}")
+    if value < minimum:
+        raise ConfigError(name, f"{value!r} is below {minimum}", f"use {example}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(name, f"{value!r} is above {maximum}", f"use {example}")
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _parse(name: str, raw: str, kind: str) -> Any:
+    """Turn an environment string into the setting's type, strictly."""
+    variable = f"{ENV_PREFIX}{name.upper()}"
+    text = raw.strip()
+    optional = "None" in kind
+    if optional and text.lower() in ("", "none", "null"):
+        return None
     try:
         if "bool" in kind:
-            lowered = raw.strip().lower()
-            if lowered in ("1", "true", "yes", "on"):
+            if text.lower() in _TRUE:
                 return True
-            if lowered in ("0", "false", "no", "off"):
+            if text.lower() in _FALSE:
                 return False
-            raise ValueError(raw)
-        if raw.strip().lower() in ("", "none") and "None" in kind:
-            return None
+            raise ValueError("expected one of true/false/1/0/yes/no/on/off")
         if "Path" in kind:
-            return Path(raw)
+            return Path(text)
         if "float" in kind:
-            return float(raw)
+            number = float(text)
+            if not math.isfinite(number):
+                raise ValueError("not a finite number")
+            return number
         if "int" in kind:
-            return int(raw)
-    except ValueError:
+            return int(text)
+    except ValueError as exc:
+        shown = MASK if name in SECRET_SETTINGS else repr(raw)
+        expected = kind.replace(" | None", " or none")
         raise ConfigError(
             name,
-            f"environment variable {ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind}",
-            f"set {ENV_PREFIX}{name.upper()} to a valid value or unset it",
+            f"environment variable {variable}={shown} is not a valid {expected} ({exc})",
+            f"set {variable} to a valid value or unset it",
         ) from None
     return raw
+
+
+def certificate_subject(path: str) -> str:
+    """The subject of a PEM certificate as Kafka writes a TLS principal (RFC 2253)."""
+    try:
+        from cryptography import x509
+
+        cert = x509.load_pem_x509_certificate(Path(path).read_bytes())
+        return cert.subject.rfc4514_string()
+    except Exception:  # cryptography missing or not a certificate: name the file instead
+        return f"<subject of {path}>"

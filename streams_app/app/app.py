@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streams_app.app.agent import Agent, AgentFun, Sink
-from streams_app.app.table import Table
+from streams_app.app.postgres import DEFAULT_OFFSETS_TABLE, PostgresSink, SinkHandler
+from streams_app.app.table import Table, WindowCloseCallback
 from streams_app.app.topic import Topic
 from streams_app.codecs import Codec, CodecSpec
 from streams_app.settings import Settings
@@ -18,6 +19,10 @@ from streams_app.transport.base import ProducerConfig, RecordMetadataLike, Trans
 if TYPE_CHECKING:
     from streams_app.runtime.clock import Clock
     from streams_app.runtime.worker import Worker
+
+
+WALL_CLOCK = "wall_clock"
+STREAM_TIME = "stream_time"
 
 
 class App:
@@ -33,6 +38,7 @@ class App:
         self.agents: list[Agent] = []
         self.tables: dict[str, Table] = {}
         self.timers: list[Timer] = []
+        self.sinks: dict[str, PostgresSink] = {}
 
     @property
     def id(self) -> str:
@@ -52,9 +58,16 @@ class App:
         replicas: int | None = None,
         config: Mapping[str, str] | None = None,
         internal: bool = False,
+        timestamp_fn: Callable[[Any], Any] | None = None,
+        on_invalid_timestamp: str = "dlq",
     ) -> Topic:
+        """A topic. ``timestamp_fn(value)`` gives records their time (a datetime or epoch
+        seconds) instead of the Kafka timestamp; ``on_invalid_timestamp`` says what a missing or
+        negative one does (see :class:`~streams_app.app.topic.Topic`)."""
         existing = self.topics.get(name)
         if existing is not None:
+            if timestamp_fn is not None:
+                existing.use_timestamp_fn(timestamp_fn, f"app.topic({name!r})")
             return existing
         topic = Topic(
             self,
@@ -67,6 +80,8 @@ class App:
             replicas=replicas,
             config=config,
             internal=internal,
+            timestamp_fn=timestamp_fn,
+            on_invalid_timestamp=on_invalid_timestamp,
         )
         self.topics[name] = topic
         return topic
@@ -78,9 +93,13 @@ class App:
         name: str | None = None,
         concurrency: int = 1,
         sink: Sequence[Sink] | None = None,
+        timestamp_fn: Callable[[Any], Any] | None = None,
     ) -> Callable[[AgentFun], Agent]:
-        """Decorate ``async def f(stream)`` to process ``channel``."""
+        """Decorate ``async def f(stream)`` to process ``channel``. ``timestamp_fn`` sets the
+        input topic's record time (see :meth:`topic`)."""
         topic = channel if isinstance(channel, Topic) else self.topic(channel)
+        if timestamp_fn is not None:
+            topic.use_timestamp_fn(timestamp_fn, f"agent on {topic.name!r}")
 
         def decorate(fun: AgentFun) -> Agent:
             agent = Agent(self, fun, topic, name=name, concurrency=concurrency, sink=sink)
@@ -100,7 +119,11 @@ class App:
         key_type: CodecSpec = None,
         value_type: CodecSpec = None,
         changelog_topic: str | None = None,
+        on_window_close: WindowCloseCallback | None = None,
     ) -> Table:
+        """A changelog-backed table; ``.tumbling()``, ``.hopping()``, ``.sliding()`` and
+        ``.session()`` make it windowed, and ``on_window_close(key, value)`` is then called
+        with each window's final value when it closes (``key`` is ``(key, WindowRange)``)."""
         if name in self.tables:
             raise ValueError(f"table {name!r} is already defined")
         table = Table(
@@ -111,26 +134,86 @@ class App:
             key_type=key_type,
             value_type=value_type,
             changelog_topic=changelog_topic,
+            on_window_close=on_window_close,
         )
         self.tables[name] = table
         return table
 
     def timer(
-        self, interval: float, *, name: str | None = None
+        self, interval: float, *, name: str | None = None, on: str = WALL_CLOCK
     ) -> Callable[[Callable[[], Awaitable[Any]]], Callable[[], Awaitable[Any]]]:
-        """Run ``async def f()`` every ``interval`` seconds in each worker, between batches.
+        """Run ``async def f()`` every ``interval`` seconds.
 
-        Records it sends join the worker's transaction (they commit with the next commit); an
-        exception is handled like an agent error (abort, rewind, error policy).
+        ``on="wall_clock"`` (the default): once per worker, between batches, by the worker's
+        clock. ``on="stream_time"`` (Kafka Streams' ``PunctuationType.STREAM_TIME``): once per
+        task each time the task's stream time crosses a multiple of ``interval`` (at most once
+        per batch, however many multiples it crossed), for that task: table reads and writes
+        reach the task's partition (``current_task`` is set).
+
+        Records it sends join the worker's transaction (they commit with the next commit, with
+        the offsets that moved stream time); an exception is handled like an agent error
+        (abort, rewind, error policy).
         """
         if interval <= 0:
             raise ValueError("timer interval must be positive")
+        if on not in (WALL_CLOCK, STREAM_TIME):
+            raise ValueError(f"timer on={on!r}: use {WALL_CLOCK!r} or {STREAM_TIME!r}")
 
         def decorate(fun: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
-            self.timers.append(Timer(name or fun.__name__, interval, fun))
+            timer_name = name or fun.__name__
+            if any(t.name == timer_name for t in self.timers):
+                raise ValueError(f"two timers are named {timer_name!r}; pass name=...")
+            self.timers.append(Timer(timer_name, interval, fun, on))
             return fun
 
         return decorate
+
+    def postgres_sink(
+        self,
+        channel: Topic | str,
+        *,
+        handler: SinkHandler | None = None,
+        name: str | None = None,
+        dsn: str | None = None,
+        max_batch: int | None = None,
+        offsets_table: str = DEFAULT_OFFSETS_TABLE,
+        schema: str | Sequence[str] | None = None,
+        error_policy: str | None = None,
+        idle_in_transaction_timeout: float = 60.0,
+    ) -> Any:
+        """Land ``channel`` in PostgreSQL exactly once: ``async def handler(conn, records)``.
+
+        Use as a decorator (``@app.postgres_sink(topic)``) or pass ``handler=``. Each fetched
+        batch is one database transaction: the handler's writes plus the batch's offsets in
+        ``offsets_table``; the sink seeks to those offsets on every assignment and commits none
+        to Kafka. ``dsn`` defaults to the ``postgres_dsn`` setting (``STREAMS_APP_POSTGRES_DSN``);
+        ``schema`` is idempotent DDL run at start (``CREATE TABLE IF NOT EXISTS ...``). Run it
+        with ``streams-app -A module sink NAME`` (docs/database.md).
+        """
+        topic = channel if isinstance(channel, Topic) else self.topic(channel)
+
+        def declare(fun: SinkHandler) -> PostgresSink:
+            sink_name = name or getattr(fun, "__name__", None) or topic.name
+            if sink_name in self.sinks:
+                raise ValueError(f"two sinks are named {sink_name!r}; pass name=...")
+            sink = PostgresSink(
+                self,
+                topic,
+                fun,
+                name=sink_name,
+                dsn=dsn,
+                max_batch=max_batch,
+                offsets_table=offsets_table,
+                schema=schema,
+                error_policy=error_policy,
+                idle_in_transaction_timeout=idle_in_transaction_timeout,
+            )
+            self.sinks[sink_name] = sink
+            return sink
+
+        if handler is not None:
+            return declare(handler)
+        return declare
 
     # -- running --------------------------------------------------------------------------
 
@@ -144,7 +227,10 @@ class App:
     def transport(self) -> Transport:
         from streams_app.transport.kafka import KafkaTransport
 
-        return KafkaTransport(self.conf.bootstrap_servers, security=self.conf.security())
+        conf = self.conf
+        return KafkaTransport(
+            conf.bootstrap_servers, security=conf.security(), principal=conf.principal
+        )
 
     @asynccontextmanager
     async def producer(
@@ -172,6 +258,12 @@ class Timer:
     name: str
     interval: float
     fun: Callable[[], Awaitable[Any]]
+    #: ``"wall_clock"`` or ``"stream_time"``.
+    on: str = WALL_CLOCK
+
+    @property
+    def interval_ms(self) -> int:
+        return max(1, round(self.interval * 1000))
 
 
 class StandaloneProducer:

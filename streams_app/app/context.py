@@ -8,7 +8,9 @@ variables, never by importing the runtime:
 - :data:`current_runtime` holds the running worker as a :class:`Runtime` (set for the worker's
   whole run, so timers and agents see it);
 - :data:`current_event` holds the record being processed, whose :attr:`Event.task` is a
-  :class:`TaskScope` (the task that owns it, and its pending table writes).
+  :class:`TaskScope` (the task that owns it, and its pending table writes);
+- :data:`current_task` holds the task a stream-time timer or a window-close callback runs for,
+  when there is no record (so tables and sends still reach that task's transaction).
 
 Agents run as asyncio tasks, so a ``ContextVar`` set by the stream when it hands out a record is
 visible to everything the agent awaits while processing it, and to nothing else.
@@ -25,6 +27,7 @@ from streams_app.transport.base import RecordMetadataLike
 if TYPE_CHECKING:
     from streams_app.app.table import Table
     from streams_app.app.topic import Topic
+    from streams_app.app.windowed import WindowedTableState
     from streams_app.state.base import PartitionTransaction
 
 
@@ -53,6 +56,25 @@ class TaskScope(Protocol):
 
     def open_table(self, table: Table) -> PartitionTransaction: ...
 
+    @property
+    def partition(self) -> int:
+        """The partition number of the task (of its input topics and of its tables)."""
+        ...
+
+    @property
+    def stream_time(self) -> int:
+        """The largest record timestamp the task has processed, in ms (-1: none yet)."""
+        ...
+
+    def windowed(self, table: Table) -> WindowedTableState:
+        """The task's windows of a windowed ``table`` (opened on first use)."""
+        ...
+
+    def record_late(self, event: Event, table: Table) -> None:
+        """``event`` was late for every window of ``table`` it belongs to: count it, and
+        dead-letter it if the table says so (at the end of the batch, in the transaction)."""
+        ...
+
 
 class Runtime(Protocol):
     """The running worker, as topology code sees it."""
@@ -72,9 +94,16 @@ class Runtime(Protocol):
     def table_items(self, table: Table) -> Iterator[tuple[Any, Any]]:
         """Committed items of every partition of ``table`` this worker holds."""
 
+    def wall_time(self) -> float:
+        """Wall-clock seconds since the epoch, from the worker's clock (tests move it)."""
+
 
 class Event:
-    """A consumed record, decoded, with where it came from."""
+    """A consumed record, decoded, with where it came from.
+
+    ``timestamp`` is the record's time in ms: the Kafka timestamp, or what the topic's
+    ``timestamp_fn`` took from the value.
+    """
 
     __slots__ = (
         "headers",
@@ -124,4 +153,5 @@ class Event:
 
 
 current_event: ContextVar[Event | None] = ContextVar("streams_app_current_event", default=None)
+current_task: ContextVar[TaskScope | None] = ContextVar("streams_app_current_task", default=None)
 current_runtime: ContextVar[Runtime | None] = ContextVar("streams_app_runtime", default=None)

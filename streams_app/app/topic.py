@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streams_app.app.context import SendFuture, current_runtime
+from streams_app.app.windows import instant_ms
 from streams_app.codecs import Codec, CodecSpec, resolve_codec
+from streams_app.errors import InvalidTimestamp, TopologyError
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
+
+
+INVALID_TIMESTAMP_POLICIES = ("dlq", "record_time", "partition_time")
 
 
 class Topic:
@@ -26,9 +31,24 @@ class Topic:
         replicas: int | None = None,
         config: Mapping[str, str] | None = None,
         internal: bool = False,
+        timestamp_fn: Callable[[Any], Any] | None = None,
+        on_invalid_timestamp: str = "dlq",
     ) -> None:
         if not name or any(c.isspace() for c in name):
             raise ValueError(f"invalid topic name {name!r}")
+        if on_invalid_timestamp not in INVALID_TIMESTAMP_POLICIES:
+            raise ValueError(
+                f"on_invalid_timestamp must be one of {INVALID_TIMESTAMP_POLICIES}, "
+                f"not {on_invalid_timestamp!r}"
+            )
+        #: ``f(value) -> datetime | epoch seconds``: the record's time, instead of Kafka's
+        #: timestamp (Kafka Streams' TimestampExtractor).
+        self.timestamp_fn = timestamp_fn
+        #: What a missing or negative timestamp does: ``"dlq"`` (the record goes to the
+        #: dead-letter topic, the default), ``"record_time"`` (use the Kafka timestamp instead
+        #: of a bad ``timestamp_fn`` result), ``"partition_time"`` (use the partition's stream
+        #: time, as Kafka Streams' UsePartitionTimeOnInvalidTimestamp).
+        self.on_invalid_timestamp = on_invalid_timestamp
         self.app = app
         self.name = name
         self.key_type = key_type
@@ -70,6 +90,41 @@ class Topic:
             headers=headers,
             partition=partition,
             timestamp=timestamp,
+        )
+
+    def use_timestamp_fn(self, fun: Callable[[Any], Any], owner: str) -> None:
+        """An agent's ``timestamp_fn`` applies to its input topic: one per topic."""
+        if self.timestamp_fn is not None and self.timestamp_fn is not fun:
+            raise TopologyError(
+                f"{owner} sets a timestamp_fn on topic {self.name!r}, which already has "
+                "another one: a topic's records have one time; set it once, on the topic"
+            )
+        self.timestamp_fn = fun
+
+    def timestamp_of(self, record_timestamp: int, value: Any, partition_time: int) -> int:
+        """The record's time in ms; raises :class:`InvalidTimestamp` when there is none."""
+        fun = self.timestamp_fn
+        if fun is None:
+            if record_timestamp >= 0:
+                return record_timestamp
+            problem = f"the record's Kafka timestamp is {record_timestamp}"
+        else:
+            try:
+                raw = fun(value)
+                timestamp = None if raw is None else instant_ms(raw, "timestamp_fn result")
+            except Exception as exc:
+                timestamp = None
+                problem = f"timestamp_fn failed: {type(exc).__name__}: {exc}"
+            else:
+                problem = f"timestamp_fn returned {raw!r}"
+            if timestamp is not None and timestamp >= 0:
+                return timestamp
+            if self.on_invalid_timestamp == "record_time" and record_timestamp >= 0:
+                return record_timestamp
+        if self.on_invalid_timestamp == "partition_time" and partition_time >= 0:
+            return partition_time
+        raise InvalidTimestamp(
+            f"{problem} (topic {self.name!r}, on_invalid_timestamp={self.on_invalid_timestamp!r})"
         )
 
     def encode(self, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:

@@ -21,6 +21,7 @@ from types import TracebackType
 from streams_app.broker.jars import broker_libs, kafka_version, resource_text
 from streams_app.broker.node import DEFAULT_JVM_OPTS, KafkaNode, NodeAddress
 from streams_app.broker.probe import ClusterView, cluster_view
+from streams_app.broker.security import BrokerSecurity
 from streams_app.errors import BrokerUnavailable
 
 
@@ -101,9 +102,13 @@ class EmbeddedKafka:
         broker_port: int | None = None,
         controller_port: int | None = None,
         cluster_id: str | None = None,
+        security: BrokerSecurity | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
+        if security is not None and nodes != 1:
+            raise ValueError("a secured broker (TLS/SASL/ACLs) is supported for one node only")
+        self.security = security
         if broker_port is not None and nodes != 1:
             raise ValueError("a fixed broker_port is only supported for a single node")
         self.version = version or kafka_version()
@@ -146,6 +151,7 @@ class EmbeddedKafka:
                 heap=self._heap,
                 jvm_opts=self._jvm_opts,
                 die_with_parent=self._die_with_parent,
+                security=self.security,
             )
             self.nodes[address.node_id] = node
         t0 = time.monotonic()
@@ -182,8 +188,11 @@ class EmbeddedKafka:
                         node.address.bootstrap,
                         f"{exited}; last lines of {node.log_path}:\n{node.log_tail()}",
                     )
+            probe_security = self.security.broker_client() if self.security else None
             for node_id in sorted(pending):
-                view = cluster_view(self.nodes[node_id].address.bootstrap, timeout=2.0)
+                view = cluster_view(
+                    self.nodes[node_id].address.bootstrap, timeout=2.0, security=probe_security
+                )
                 if view and expect <= view.broker_ids and view.controller_id >= 0:
                     pending.discard(node_id)
                     last = view

@@ -32,3 +32,22 @@ def broker_libs(version: str | None = None) -> Path:
         .replace("@LOG4J_VERSION@", LOG4J_VERSION)
     )
     return resolve_jars(f"kafka-{version}", pom)
+
+
+def tools_classpath(version: str | None = None) -> str:
+    """A classpath running Kafka's own tools (``org.apache.kafka.tools.DumpLogSegments``, ...):
+    the broker's jars plus the ``kafka-tools`` jar, fetched with ``mvn`` once and cached."""
+    version = version or kafka_version()
+    libs = broker_libs(version)
+    pom = resource_text("tools-pom.xml").replace("@KAFKA_VERSION@", version)
+    tools = resolve_jars(f"kafka-tools-{version}", pom)
+    return f"{tools}/*:{libs}/*"
+
+
+def streams_libs(version: str | None = None) -> Path:
+    """Kafka Streams' classpath (``kafka-streams`` and its dependencies) at the broker's version,
+    fetched with ``mvn`` the first time: for Kafka Streams applications the project runs next
+    to streams_app (``streams_app.jvm.compile_java`` builds them)."""
+    version = version or kafka_version()
+    pom = resource_text("streams-pom.xml").replace("@KAFKA_VERSION@", version)
+    return resolve_jars(f"kafka-streams-{version}", pom)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streams_app.broker.security import BrokerSecurity
 from streams_app.errors import ToolchainError
 from streams_app.jvm import java_executable
 
@@ -57,6 +58,8 @@ class KafkaNode:
     heap: str = "512m"
     jvm_opts: tuple[str, ...] = DEFAULT_JVM_OPTS
     die_with_parent: bool = True
+    #: TLS/SASL listeners and ACLs instead of one PLAINTEXT listener (see broker.security).
+    security: BrokerSecurity | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -93,6 +96,8 @@ class KafkaNode:
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "log.dirs": str(self.data_dir),
         }
+        if self.security is not None:
+            props.update(self.security.properties(a.broker_port, a.controller_port))
         props.update(self.settings)
         return props
 
@@ -127,6 +132,7 @@ class KafkaNode:
                 "-c",
                 str(self.config_path),
                 "--ignore-formatted",
+                *(self.security.format_args() if self.security else ()),
                 heap="256m",
             ),
             capture_output=True,

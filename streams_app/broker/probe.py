@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
-import threading
 from dataclasses import dataclass
+from typing import Any
 
-_PROBE_THREAD = "streams-app-broker-probe"
-
-
-class _QuietProbe(logging.Filter):
-    """aiokafka logs every refused connection at ERROR; while a broker boots those are expected."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not threading.current_thread().name.startswith(_PROBE_THREAD)
-
-
-for _name in ("aiokafka", "aiokafka.conn", "aiokafka.client"):
-    logging.getLogger(_name).addFilter(_QuietProbe())
+#: aiokafka logs every refused connection at ERROR; while a broker boots those are expected, so
+#: the aiokafka log filter drops records from threads named so.
+from streams_app.kafka.logs import QUIET_THREAD_PREFIX as _PROBE_THREAD
 
 
 @dataclass(frozen=True)
@@ -28,11 +18,16 @@ class ClusterView:
     controller_id: int
 
 
-async def fetch_cluster_view(bootstrap: str, timeout: float = 2.0) -> ClusterView:
+async def fetch_cluster_view(
+    bootstrap: str, timeout: float = 2.0, security: dict[str, Any] | None = None
+) -> ClusterView:
     from aiokafka.client import AIOKafkaClient
 
     client = AIOKafkaClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000), retry_backoff_ms=100
+        bootstrap_servers=bootstrap,
+        request_timeout_ms=int(timeout * 1000),
+        retry_backoff_ms=100,
+        **(security or {}),
     )
     try:
         await asyncio.wait_for(client.bootstrap(), timeout)
@@ -44,12 +39,16 @@ async def fetch_cluster_view(bootstrap: str, timeout: float = 2.0) -> ClusterVie
         await client.close()
 
 
-def cluster_view(bootstrap: str, timeout: float = 2.0) -> ClusterView | None:
-    """Synchronous probe, safe to call from code that may itself run inside an event loop."""
+def cluster_view(
+    bootstrap: str, timeout: float = 2.0, security: dict[str, Any] | None = None
+) -> ClusterView | None:
+    """Synchronous probe, safe to call from code that may itself run inside an event loop.
+
+    ``security`` holds aiokafka client arguments (a TLS/SASL broker's listener)."""
 
     def run() -> ClusterView | None:
         try:
-            return asyncio.run(fetch_cluster_view(bootstrap, timeout))
+            return asyncio.run(fetch_cluster_view(bootstrap, timeout, security))
         except Exception:
             return None
 

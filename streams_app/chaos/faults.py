@@ -123,6 +123,19 @@ class FaultInjector:
                 self.unexpected_exits.append(note)
                 worker.start()
 
+    async def _transactional_id(self, worker: int, timeout: float = 90.0) -> str:
+        """The worker's transactional id, read from its state directory. A worker restarted after
+        a state wipe writes its new process id only once it has started (slowly on a loaded
+        machine): wait for the file rather than fail the fault."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.system.transactional_id(worker)
+            except FileNotFoundError:
+                if time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.2)  # polling a file the worker writes; no event to await
+
     async def _inject(self, fault: Fault, record: FaultRecord) -> None:
         kind = fault.kind
         if kind in kinds.WORKER_FAULTS:
@@ -161,7 +174,7 @@ class FaultInjector:
         if kind == kinds.BROKER_KILL:
             node = fault.node
         elif kind == kinds.TXN_COORDINATOR_KILL:
-            tid = self.system.transactional_id(fault.worker)
+            tid = await self._transactional_id(fault.worker)
             node = await self.locator.transaction_coordinator(tid)
             record.notes.append(f"transaction coordinator of {tid}")
         else:

@@ -6,7 +6,7 @@ import argparse
 import time
 
 from streams_app.broker import devserver
-from streams_app.broker.jars import broker_libs, kafka_version
+from streams_app.broker.jars import broker_libs, kafka_version, tools_classpath
 
 
 def add_parser(
@@ -33,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
         libs = broker_libs()
         jars = len(list(libs.glob("*.jar")))
         print(f"Kafka {kafka_version()}: {jars} jars in {libs} ({time.monotonic() - t0:.1f}s)")
+        t0 = time.monotonic()
+        tools = tools_classpath().split(":")[0]
+        print(f"Kafka tools (DumpLogSegments, ...): {tools} ({time.monotonic() - t0:.1f}s)")
         return 0
     if command == "start":
         t0 = time.monotonic()
@@ -43,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     if command == "stop":
-        stopped = devserver.stop()
-        print("broker stopped" if stopped else "no broker was running")
+        stopped, found = devserver.stop()
+        print(f"broker {found}" if stopped else found)
         return 0
     current, answering = devserver.status()
     if current and answering:

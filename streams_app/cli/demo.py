@@ -27,7 +27,7 @@ from pathlib import Path
 
 from streams_app.broker import EmbeddedKafka
 from streams_app.errors import StreamsAppError
-from streams_app.readback import group_lag, read_topics
+from streams_app.readback import group_lag, last_stable_equals_high_watermark, read_topics
 
 ITEMS = ("apple", "banana", "cherry", "damson", "elder")
 
@@ -122,11 +122,22 @@ async def _demo(tmp: Path, n_orders: int, seed: int) -> int:
                 _say(f"   still behind after 120s: {sum(lag.values())} records ({lag})")
                 break
             await asyncio.sleep(0.25)
+        # The committed offsets become visible when the transaction's marker reaches
+        # __consumer_offsets; the markers of the output partitions are written by the same
+        # coordinator but not atomically with it. Wait until no output partition has an open
+        # transaction (last stable offset == high watermark), or a read_committed reader could
+        # stop short of records whose transaction already committed.
+        outputs = ["inventory", "notifications", "orders-stock-changelog"]
+        while open_txns := await last_stable_equals_high_watermark(
+            kafka.bootstrap_servers, outputs
+        ):
+            if time.monotonic() > deadline:
+                _say(f"   transactions still open after 120s: {open_txns}")
+                break
+            await asyncio.sleep(0.1)
         _say("   reading inventory, notifications and the stock changelog back, read_committed...")
-        results = await read_topics(
-            kafka.bootstrap_servers, ["inventory", "notifications", "orders-stock-changelog"]
-        )
-        ok = _report(results, order_list, stock_in) and not lag
+        results = await read_topics(kafka.bootstrap_servers, outputs)
+        ok = _report(results, order_list, stock_in) and not lag and not open_txns
 
         _say("5. Stopping the worker (SIGTERM: finish the batch, commit, close the stores)...")
         worker.send_signal(signal.SIGTERM)

@@ -7,7 +7,20 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from streams_app.cli import broker, demo, pipeline, send, worker
+from streams_app.cli import (
+    broker,
+    demo,
+    outbox,
+    pipeline,
+    postgres,
+    reset,
+    send,
+    sink,
+    status,
+    tables,
+    txn,
+    worker,
+)
 from streams_app.errors import StreamsAppError
 
 
@@ -26,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
         "embedded broker.",
     )
     parser.add_argument(
-        "-A", "--app", help="the topology module, e.g. topologies.orders (for worker and send)"
+        "-A",
+        "--app",
+        help="the topology module, e.g. topologies.orders (worker, send, status, tables, agents, "
+        "reset; txn: only the app's transactions)",
     )
     parser.add_argument("-l", "--loglevel", default="warning", help="log level (default warning)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -36,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_parser(sub, parents)
     demo.add_parser(sub, parents)
     pipeline.add_parser(sub, parents)
+    txn.add_parser(sub, parents)
+    status.add_parser(sub, parents)
+    tables.add_parser(sub, parents)
+    reset.add_parser(sub, parents)
+    sink.add_parser(sub, parents)
+    outbox.add_parser(sub, parents)
+    postgres.add_parser(sub, parents)
     return parser
 
 

@@ -1,27 +1,38 @@
-"""``streams-app pipeline [jars|audit]``: the Spark data pipeline of the orders topology.
+"""``streams-app pipeline [jars|audit|query]``: the Spark data pipeline of the orders topology.
 
 ``streams-app pipeline`` runs the pipeline (:mod:`streams_app.spark.pipeline`) locally on
 ``local[2]`` until Ctrl-C (``--once``: what the topic holds now, then exit), with an embedded
-PostgreSQL unless ``--postgres-dsn`` names one. ``streams_app/spark/submit.py`` runs the same
-command line under ``spark-submit`` on a cluster. ``jars`` prints the Kafka connector jars for
-``spark-submit --jars``; ``audit`` runs the audit job on two topics.
+PostgreSQL unless ``--postgres-dsn`` names one. It logs one line per micro-batch and sink, holds
+HOME's lock (a second pipeline on the same HOME stops at once), and says where its PostgreSQL
+lives and how to query it. If the Spark driver dies under it, it ends with one line saying to
+rerun on the same HOME (the checkpoints make the rerun resume), not with Py4J tracebacks.
+``streams_app/spark/submit.py`` runs the same command line under ``spark-submit`` on a cluster.
+``jars`` prints the Kafka connector jars for ``spark-submit --jars``; ``audit`` runs the audit
+job on two topics; ``query`` runs SQL on the pipeline's PostgreSQL (starting the embedded one
+on HOME's data directory when no pipeline runs).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 #: Environment defaults for the options below.
 HOME_ENV = "STREAMS_APP_PIPELINE_HOME"
 POSTGRES_ENV = "STREAMS_APP_PIPELINE_POSTGRES"
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: What ``pipeline query`` runs when given no SQL.
+DEFAULT_QUERY = (
+    "SELECT item, hour, reserved_qty, orders FROM reserved_per_item_hour ORDER BY hour, item"
+)
 
 
 def add_parser(
@@ -71,6 +82,14 @@ def add_parser(
     audit.add_argument("--input", required=True, help="the topology's input topic")
     audit.add_argument("--output", required=True, help="the output topic to check")
     audit.add_argument("--json", action="store_true", help="print the report as JSON lines")
+    query = actions.add_parser(
+        "query",
+        help="run SQL on the pipeline's PostgreSQL (the embedded one is started on HOME's data "
+        "when no pipeline runs)",
+    )
+    query.add_argument("sql", nargs="?", default=DEFAULT_QUERY, help="default: the totals")
+    query.add_argument("--home", default=argparse.SUPPRESS, help="the pipeline's HOME")
+    query.add_argument("--postgres-dsn", default=argparse.SUPPRESS, help="a PostgreSQL to query")
     parser.set_defaults(func=run)
 
 
@@ -97,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if command == "audit":
         return _audit(args)
+    if command == "query":
+        return _query(args)
     return _run_pipeline(args)
 
 
@@ -124,67 +145,164 @@ def default_home() -> str:
     return str(cache_dir() / "pipeline")
 
 
+def _show_progress(args: argparse.Namespace) -> None:
+    """Per-batch lines at the default level; Py4J's own error logging off (see _driver_died)."""
+    if str(getattr(args, "loglevel", "warning")).lower() in ("warning", "info", "debug"):
+        logging.getLogger("streams_app.spark.progress").setLevel(logging.INFO)
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+
+
 def _run_pipeline(args: argparse.Namespace) -> int:
-    from streams_app.spark.pipeline import OrdersPipeline
-    from streams_app.spark.postgres_server import PostgresServer
-    from streams_app.spark.session import spark_session
-    from streams_app.spark.sinks import Trigger
+    from streams_app.postgres.server import PostgresServer
+    from streams_app.spark.home import PipelineHome, is_local
 
     bootstrap = args.bootstrap or default_bootstrap()
     home = args.home or default_home()
     dsn = None if args.no_postgres else (args.postgres_dsn or os.environ.get(POSTGRES_ENV))
-    server = None
-    if not args.no_postgres and not dsn:
-        if "://" in home:
-            print(
-                "streams-app: error: --home is a URI; pass --postgres-dsn (or --no-postgres)",
-                file=sys.stderr,
-            )
-            return 2
-        server = PostgresServer(Path(home) / "postgres").start()
-        dsn = server.dsn
-        print(f"PostgreSQL (embedded) at {dsn}, data in {server.data_dir}")
-    try:
-        started = time.monotonic()
-        spark = spark_session("streams_app-orders-pipeline", args.master)
+    if not args.no_postgres and not dsn and not is_local(home):
         print(
-            f"Spark {spark.version} ({spark.sparkContext.master}) ready in "
-            f"{time.monotonic() - started:.1f}s; reading {args.topic} at {bootstrap}"
+            "streams-app: error: --home is a URI; pass --postgres-dsn (or --no-postgres)",
+            file=sys.stderr,
         )
-        pipeline = OrdersPipeline(
-            spark,
-            bootstrap,
-            home,
-            postgres_dsn=dsn,
-            topic=args.topic,
-            trigger=Trigger(available_now=args.once, interval=args.interval),
-            max_offsets_per_trigger=args.max_offsets_per_trigger,
-        )
-        print(f"files: {pipeline.files_path}; checkpoints: {pipeline.checkpoint('')[:-1]}")
-        if not args.once:
-            print("running until Ctrl-C (or SIGTERM)")
-        stop = threading.Event()
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
+        return 2
+    _show_progress(args)
+    with PipelineHome(home) as lock:  # "another pipeline is using HOME" before anything starts
+        server = None
         try:
-            pipeline.run(stop)
+            if not args.no_postgres and not dsn:
+                server = PostgresServer(Path(home) / "postgres").start()
+                dsn = server.dsn
+                print(
+                    f"PostgreSQL (embedded) at {dsn}, data in {server.data_dir} "
+                    "(it runs while the pipeline runs)"
+                )
+            lock.record(dsn)
+            code = _run_spark(args, bootstrap, home, dsn)
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            if server is not None:
+                server.stop()
+        if dsn and code == 0:
+            where = f"in {Path(home) / 'postgres' / 'data'}" if server is not None else f"at {dsn}"
+            print(
+                f"results: PostgreSQL {where}; query them: "
+                f"streams-app pipeline query --home {home}"
+                + ("" if server is not None else f" --postgres-dsn {dsn}")
+            )
+        return code
+
+
+def _run_spark(args: argparse.Namespace, bootstrap: str, home: str, dsn: str | None) -> int:
+    from streams_app.spark.pipeline import OrdersPipeline
+    from streams_app.spark.session import driver_alive, spark_session
+    from streams_app.spark.sinks import Trigger
+
+    started = time.monotonic()
+    spark = spark_session("streams_app-orders-pipeline", args.master)
+    print(
+        f"Spark {spark.version} ({spark.sparkContext.master}) ready in "
+        f"{time.monotonic() - started:.1f}s; reading {args.topic} at {bootstrap}"
+    )
+    pipeline = OrdersPipeline(
+        spark,
+        bootstrap,
+        home,
+        postgres_dsn=dsn,
+        topic=args.topic,
+        trigger=Trigger(available_now=args.once, interval=args.interval),
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        kafka_options=_security_options(),
+    )
+    print(f"files: {pipeline.files_path}; checkpoints: {pipeline.checkpoint('')[:-1]}")
+    if not args.once:
+        print("running until Ctrl-C (or SIGTERM)")
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
+    try:
+        pipeline.run(stop)
         if stop.is_set():
             print("stopped")
         print(f"{pipeline.file_rows().count()} reservations in {pipeline.files_path}")
-        if dsn:
-            sink = pipeline.postgres_sink()
-            with sink.connect() as conn:
-                row = conn.execute(
-                    "SELECT count(*), coalesce(sum(reserved_qty), 0) FROM reserved_per_item_hour"
-                ).fetchone()
-            if row is not None:
-                print(f"{row[0]} item-hours, {row[1]} reserved in reserved_per_item_hour")
+    except Exception as exc:
+        if driver_alive(spark):
+            raise
+        return _driver_died(spark, home, exc)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if dsn:
+        sink = pipeline.postgres_sink()
+        with sink.connect() as conn:
+            row = conn.execute(
+                "SELECT count(*), coalesce(sum(reserved_qty), 0) FROM reserved_per_item_hour"
+            ).fetchone()
+        if row is not None:
+            print(f"{row[0]} item-hours, {row[1]} reserved in reserved_per_item_hour")
+    return 0
+
+
+def _driver_died(spark: Any, home: str, exc: BaseException) -> int:
+    """The driver JVM is gone (killed, out of memory): one line, no Py4J tracebacks.
+
+    Nothing is lost: a batch in flight was neither in the checkpoint's commit log nor (files)
+    listed in ``_spark_metadata`` nor (PostgreSQL) in the batch table, so a rerun redoes it.
+    """
+    from streams_app.spark.session import driver_process
+
+    proc = driver_process(spark)
+    detail = f"pid {proc.pid}, exit status {proc.returncode}" if proc is not None else "gone"
+    print(
+        f"streams-app: the Spark driver died ({detail}; {type(exc).__name__}); the checkpoints "
+        f"in {home} are intact: rerun with the same --home to resume",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _query(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from streams_app.ops.render import table
+    from streams_app.spark.home import PipelineHome, PipelineHomeBusy, running_pipeline
+    from streams_app.spark.postgres_server import PostgresServer
+
+    home = getattr(args, "home", None) or default_home()
+    dsn = getattr(args, "postgres_dsn", None) or os.environ.get(POSTGRES_ENV)
+    server = None
+    lock = PipelineHome(home)
+    if not dsn:
+        try:
+            lock.acquire()
+        except PipelineHomeBusy:
+            dsn = (running_pipeline(home) or {}).get("postgres_dsn")
+            if not dsn:
+                raise
+        else:
+            data = Path(home) / "postgres"
+            if not (data / "data" / "PG_VERSION").exists():
+                lock.release()
+                print(
+                    f"streams-app: error: no embedded PostgreSQL in {data}: run the pipeline "
+                    "with this --home first (or pass --postgres-dsn)",
+                    file=sys.stderr,
+                )
+                return 2
+            server = PostgresServer(data).start()
+            dsn = server.dsn
+    try:
+        with psycopg.connect(dsn, options="-c timezone=UTC") as conn:
+            cursor = conn.execute(args.sql)
+            if cursor.description is None:
+                print(cursor.statusmessage or "done")
+                return 0
+            headers = [column.name for column in cursor.description]
+            rows = cursor.fetchall()
+        print(table(headers, rows) if rows else " ".join(headers))
+        print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
         return 0
     finally:
         if server is not None:
             server.stop()
+        lock.release()
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -201,3 +319,12 @@ def _audit(args: argparse.Namespace) -> int:
     clean = all(row.exactly_once for row in rows)
     print("exactly once" if clean else "NOT exactly once", file=sys.stderr)
     return 0 if clean else 1
+
+
+def _security_options() -> dict[str, str]:
+    """Kafka security from the same STREAMS_APP_SECURITY_PROTOCOL / SSL_* / SASL_* variables
+    the workers read."""
+    from streams_app.settings import Settings
+    from streams_app.spark.security import kafka_security_options
+
+    return kafka_security_options(Settings.build("streams-app-pipeline", {}))

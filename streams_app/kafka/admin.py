@@ -9,23 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 import aiokafka.errors as aerrors
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.protocol.admin import ApiVersionRequest
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
-from streams_app.errors import BrokerTooOld, BrokerUnavailable, TopologyError
+from streams_app.errors import BrokerTooOld, BrokerUnavailable, StreamsAppError, TopologyError
+from streams_app.kafka.diagnose import diagnose
 from streams_app.kafka.protocol import (
     OFFSET_FETCH_KEY,
     OFFSET_FETCH_VERSION,
     TXN_OFFSET_COMMIT_KEY,
     TXN_OFFSET_COMMIT_VERSION,
 )
-from streams_app.transport.base import TopicPartition, TopicSpec
+from streams_app.transport.base import BrokerLimits, TopicPartition, TopicSpec
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,21 @@ EXACTLY_ONCE_APIS = (
 )
 
 
+def security_kwargs(client_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The TLS/SASL part of aiokafka client arguments."""
+    return {
+        k: v
+        for k, v in client_kwargs.items()
+        if k in ("security_protocol", "ssl_context") or k.startswith("sasl_")
+    }
+
+
+async def unavailable(bootstrap: str, security: Mapping[str, Any]) -> StreamsAppError:
+    """The error for clients that could not start: the diagnosed cause (authentication, a
+    TLS/SASL mismatch), else :class:`BrokerUnavailable` naming the address."""
+    return await diagnose(bootstrap, security) or BrokerUnavailable(bootstrap)
+
+
 class KafkaAdmin:
     """Implements ``streams_app.transport.base.AdminClient``.
 
@@ -54,6 +71,7 @@ class KafkaAdmin:
         self, bootstrap_servers: str, *, request_timeout_ms: int = 30_000, **client_kwargs: Any
     ) -> None:
         self._address = bootstrap_servers
+        self._security = security_kwargs(client_kwargs)
         self._timeout = request_timeout_ms / 1000
         self._admin = AIOKafkaAdminClient(
             bootstrap_servers=bootstrap_servers,
@@ -75,7 +93,7 @@ class KafkaAdmin:
             await self._offsets.start()
         except aerrors.KafkaConnectionError as exc:
             await self.close()
-            raise BrokerUnavailable(self._address) from exc
+            raise await unavailable(self._address, self._security) from exc
         self._started = True
 
     async def close(self) -> None:
@@ -147,6 +165,11 @@ class KafkaAdmin:
             error = aerrors.for_code(code)
             if error in (aerrors.NoError, aerrors.TopicAlreadyExistsError):
                 continue
+            if error in (
+                aerrors.TopicAuthorizationFailedError,
+                aerrors.ClusterAuthorizationFailedError,
+            ):
+                raise error(f"{{{name!r}}}: {message or 'not authorized to create it'}")
             raise TopologyError(
                 f"cannot create topic {name!r}: the broker answered {error.message}"
                 f"{': ' + message if message else ''}. Fix the topic's settings (partitions, "
@@ -234,3 +257,94 @@ class KafkaAdmin:
                         "Fix: upgrade the brokers, or run with processing_guarantee="
                         "'at_least_once'."
                     )
+
+    # -- configs -----------------------------------------------------------------------------
+
+    async def broker_limits(self) -> list[BrokerLimits] | None:
+        """The limits our settings must fit, per broker (DescribeConfigs on each broker).
+
+        Returns None when the principal may not describe the cluster's configs (an ACL the
+        worker does not otherwise need): the check is then skipped, not the worker.
+        """
+        client = self._admin._client
+        await client.force_metadata_update()
+        brokers = {b.nodeId: f"{b.host}:{b.port}" for b in client.cluster.brokers()}
+        keys = {name: None for name in _LIMIT_KEYS}
+
+        async def ask(node: int) -> Any:
+            resource = ConfigResource(ConfigResourceType.BROKER, str(node), keys)
+            return (await self._admin.describe_configs([resource]))[0]
+
+        # Every broker at once, briefly: one that is down or frozen must not delay the start
+        # (its limits are normally the same as the others').
+        answers = await asyncio.gather(
+            *(asyncio.wait_for(ask(node), _LIMITS_TIMEOUT_S) for node in sorted(brokers)),
+            return_exceptions=True,
+        )
+        responses = []
+        for node, answer in zip(sorted(brokers), answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, (*_NODE_DOWN, TimeoutError)):
+                    raise answer
+                log.info("broker %s did not answer DescribeConfigs: not checked", brokers[node])
+                continue
+            responses.append(answer)
+        limits = []
+        for response in responses:
+            for error_code, _message, _type, name, entries in _resources(response):
+                error = aerrors.for_code(error_code)
+                if error is aerrors.ClusterAuthorizationFailedError:
+                    return None
+                if error is not aerrors.NoError:
+                    log.info("DescribeConfigs of broker %s failed: %s", name, error.__name__)
+                    continue
+                values = {entry[0]: entry[1] for entry in entries}
+                limits.append(
+                    BrokerLimits(
+                        broker=brokers.get(int(name), name),
+                        transaction_max_timeout_ms=_int(values, "transaction.max.timeout.ms"),
+                        group_min_session_timeout_ms=_int(values, "group.min.session.timeout.ms"),
+                        group_max_session_timeout_ms=_int(values, "group.max.session.timeout.ms"),
+                        message_max_bytes=_int(values, "message.max.bytes"),
+                    )
+                )
+        return limits
+
+    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
+        if not topics:
+            return {}
+        resources = [
+            ConfigResource(ConfigResourceType.TOPIC, name, {"max.message.bytes": None})
+            for name in sorted(set(topics))
+        ]
+        responses = await self._any_node(lambda: self._admin.describe_configs(resources))
+        found: dict[str, int] = {}
+        for response in responses:
+            for error_code, _message, _type, name, entries in _resources(response):
+                if error_code:
+                    continue  # not authorized or gone: nothing to check against
+                value = _int({entry[0]: entry[1] for entry in entries}, "max.message.bytes")
+                if value is not None:
+                    found[name] = value
+        return found
+
+
+_LIMITS_TIMEOUT_S = 3.0
+_LIMIT_KEYS = (
+    "transaction.max.timeout.ms",
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "message.max.bytes",
+)
+
+
+def _resources(response: Any) -> list[tuple[int, str, int, str, list[Any]]]:
+    return [(r[0], r[1], r[2], r[3], r[4]) for r in response.resources]
+
+
+def _int(values: dict[str, Any], key: str) -> int | None:
+    value = values.get(key)
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None

@@ -221,6 +221,13 @@ class StableConsumer(AIOKafkaConsumer):  # type: ignore[misc]
         Raises ``KafkaTimeoutError`` if they are still unstable (or the coordinator unreachable)
         after ``timeout`` seconds. The partitions need not be assigned to this consumer.
         """
+        found = await self.committed_offsets_and_metadata(partitions, timeout=timeout)
+        return {tp: None if om is None else om.offset for tp, om in found.items()}
+
+    async def committed_offsets_and_metadata(
+        self, partitions: Collection[tuple[str, int]], *, timeout: float = 60.0
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """:meth:`committed_offsets` with the metadata committed alongside each offset."""
         if self._group_id is None:
             raise aerrors.IllegalOperation("committed_offsets() needs a group_id")
         if not isinstance(self._coordinator, _StableGroupCoordinator):
@@ -237,7 +244,7 @@ class StableConsumer(AIOKafkaConsumer):  # type: ignore[misc]
                 async with asyncio.timeout_at(deadline):
                     await coordinator.ensure_coordinator_known()
                     offsets = await coordinator._do_fetch_commit_offsets(tps)
-                return {tp: offsets[tp].offset if tp in offsets else None for tp in tps}
+                return {tp: offsets.get(tp) for tp in tps}
             except TimeoutError:
                 pass
             except aerrors.KafkaError as err:

@@ -101,10 +101,26 @@ class ProducerUnusableError(aerrors.KafkaError):  # type: ignore[misc]
 
 def is_fencing_error(exc: BaseException | None) -> bool:
     """Whether ``exc`` or anything in its cause/context chain says "a newer producer took over"."""
+    return _in_chain(exc, (aerrors.ProducerFenced, aerrors.InvalidProducerEpoch))
+
+
+def is_aborted_by_coordinator(exc: BaseException | None) -> bool:
+    """Whether an EndTxn(COMMIT) failed because the coordinator had already aborted the transaction.
+
+    Under transaction version 2 (KIP-890) the coordinator bumps the epoch when it aborts a timed-out
+    transaction and then treats the old epoch's EndTxn as a retry: a COMMIT finds the state
+    CompleteAbort and is answered INVALID_TXN_STATE, not PRODUCER_FENCED as under version 1. For a
+    producer that only commits transactions it began, both mean the same thing: it was fenced by
+    ``transaction.timeout.ms``.
+    """
+    return _in_chain(exc, (aerrors.InvalidTxnState,))
+
+
+def _in_chain(exc: BaseException | None, types: tuple[type[BaseException], ...]) -> bool:
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, aerrors.ProducerFenced | aerrors.InvalidProducerEpoch):
+        if isinstance(exc, types):
             return True
         exc = exc.__cause__ or exc.__context__
     return False

@@ -1,6 +1,6 @@
 """A transactional producer for exactly-once v2: aiokafka's, rewired for KIP-447.
 
-Four changes to aiokafka 0.14.0 (``aiokafka/producer/``), all private, all here:
+Five changes to aiokafka 0.14.0 (``aiokafka/producer/``), all private, all here:
 
 1. ``send_offsets_to_transaction(offsets, group)`` takes the consumer group *membership* and sends
    TxnOffsetCommit v3 with generation, member id and instance id, so the group coordinator rejects
@@ -17,20 +17,31 @@ Four changes to aiokafka 0.14.0 (``aiokafka/producer/``), all private, all here:
    (``Sender._do_txn_commit`` sends EndTxn(COMMIT) after ``flush_for_commit``, which never looks
    at batch outcomes). Here every send of the current transaction is tracked and
    ``commit_transaction`` refuses with :class:`TransactionSendFailedError` if any failed.
+5. Transaction version 2 (KIP-890 part 2) where the cluster has it (Kafka 4.x does by default):
+   Produce v12 and TxnOffsetCommit v5 add partitions and offsets to the transaction themselves
+   (no AddPartitionsToTxn, no AddOffsetsToTxn), and EndTxn v5 bumps the epoch and restarts the
+   sequence numbers at the end of every transaction (:mod:`streams_app.kafka.txn_v2`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import defaultdict
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
 import aiokafka.errors as aerrors
 from aiokafka import AIOKafkaProducer
 from aiokafka.client import CoordinationType
-from aiokafka.producer.sender import Sender, TxnOffsetCommitHandler
-from aiokafka.producer.transaction_manager import TransactionManager, TransactionState
+from aiokafka.producer.sender import (
+    BACKOFF_OVERRIDE,
+    EndTxnHandler,
+    Sender,
+    SendProduceReqHandler,
+    TxnOffsetCommitHandler,
+)
+from aiokafka.producer.transaction_manager import PidAndEpoch, TransactionManager, TransactionState
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from aiokafka.util import commit_structure_validate
 
@@ -41,7 +52,19 @@ from streams_app.kafka.errors import (
     TransactionSendFailedError,
     is_fencing_error,
 )
-from streams_app.kafka.protocol import TxnOffsetCommitRequest, check_group_metadata
+from streams_app.kafka.protocol import (
+    TXN_OFFSET_COMMIT_V2_VERSION,
+    TXN_OFFSET_COMMIT_VERSION,
+    TxnOffsetCommitRequest,
+    check_group_metadata,
+)
+from streams_app.kafka.txn_v2 import (
+    ApiVersionsRequest,
+    EndTxnRequestV5,
+    ProduceRequestV12,
+    ProduceResponseAsV8,
+    supports_v2,
+)
 from streams_app.transport.base import GroupMetadata
 
 log = logging.getLogger(__name__)
@@ -60,6 +83,31 @@ class _GroupOffsets(dict[TopicPartition, OffsetAndMetadata]):
 
 
 class _Kip447TransactionManager(TransactionManager):  # type: ignore[misc]
+    #: Transaction version 2 (KIP-890 part 2) in use; decided once, at start.
+    transaction_v2 = False
+
+    def maybe_add_partition_to_txn(self, tp: TopicPartition) -> None:
+        """Version 2: the Produce request adds the partition itself, so it is "added" (and
+        its batches are not held back waiting for an AddPartitionsToTxn) at once."""
+        if self.transaction_v2:
+            assert self.is_in_transaction()
+            self._txn_partitions.add(tp)
+            return
+        super().maybe_add_partition_to_txn(tp)
+
+    def add_offsets_to_txn(self, offsets: Any, group_id: str) -> asyncio.Future[None]:
+        """Version 2: TxnOffsetCommit adds the group's offsets itself: no AddOffsetsToTxn."""
+        if self.transaction_v2:
+            self._txn_consumer_group = group_id
+        fut: asyncio.Future[None] = super().add_offsets_to_txn(offsets, group_id)
+        return fut
+
+    def epoch_bumped(self, producer_id: int, producer_epoch: int) -> None:
+        """EndTxn v5 ended the transaction under a new epoch (or a new producer id once the
+        epoch ran out): sequence numbers start again at 0 for every partition."""
+        self._pid_and_epoch = PidAndEpoch(producer_id, producer_epoch)
+        self._sequence_numbers.clear()
+
     def error_transaction(self, exc: BaseException) -> None:
         """Like aiokafka's, but keeps ``_txn_partitions`` and ``_txn_consumer_group``.
 
@@ -96,6 +144,11 @@ class _TxnOffsetCommitV3Handler(TxnOffsetCommitHandler):  # type: ignore[misc]
             producer_epoch=txn_manager.producer_epoch,
             group=offsets.group,
             offsets=offsets,
+            version=(
+                TXN_OFFSET_COMMIT_V2_VERSION
+                if txn_manager.transaction_v2
+                else TXN_OFFSET_COMMIT_VERSION
+            ),
         )
 
     def handle_response(self, resp: Any) -> float | None:
@@ -141,7 +194,77 @@ class _TxnOffsetCommitV3Handler(TxnOffsetCommitHandler):  # type: ignore[misc]
         return None
 
 
+class _ProduceV2Handler(SendProduceReqHandler):  # type: ignore[misc]
+    """Produce v12: the broker adds each partition to the transaction before appending."""
+
+    def create_request(self) -> ProduceRequestV12:
+        topics: defaultdict[str, list[tuple[int, Any]]] = defaultdict(list)
+        for tp, batch in self._batches.items():
+            topics[tp.topic].append((tp.partition, batch.get_data_buffer()))
+        return ProduceRequestV12(
+            transactional_id=self._sender._txn_manager.transactional_id,
+            required_acks=self._sender._acks,
+            timeout=self._sender._request_timeout_ms,
+            topics=list(topics.items()),
+        )
+
+    def handle_response(self, response: Any) -> None:
+        super().handle_response(ProduceResponseAsV8(response))
+
+    def _can_retry(self, error: Any, batch: Any) -> bool:
+        # The leader retries CONCURRENT_TRANSACTIONS itself for a while (the previous
+        # transaction's markers being written); should it still answer so, try again soon.
+        if isinstance(error, aerrors.ConcurrentTransactions):
+            self._default_backoff = BACKOFF_OVERRIDE
+            return True
+        return bool(super()._can_retry(error, batch))
+
+
+class _EndTxnV2Handler(EndTxnHandler):  # type: ignore[misc]
+    """EndTxn v5: the answer carries the producer id and epoch of the next transaction."""
+
+    def create_request(self) -> EndTxnRequestV5:
+        txn_manager = self._sender._txn_manager
+        return EndTxnRequestV5(
+            txn_manager.transactional_id,
+            txn_manager.producer_id,
+            txn_manager.producer_epoch,
+            commit=bool(self._commit_result),
+        )
+
+    def handle_response(self, resp: Any) -> float | None:
+        if aerrors.for_code(resp.error_code) is aerrors.NoError and resp.producer_id >= 0:
+            self._sender._txn_manager.epoch_bumped(resp.producer_id, resp.producer_epoch)
+        backoff: float | None = super().handle_response(resp)
+        return backoff
+
+
 class _Kip447Sender(Sender):  # type: ignore[misc]
+    async def _send_produce_req(self, node_id: int, batches: dict[TopicPartition, Any]) -> None:
+        """aiokafka's, with Produce v12 under transaction version 2."""
+        if not self._txn_manager.transaction_v2:
+            await super()._send_produce_req(node_id, batches)
+            return
+        await _ProduceV2Handler(self, batches).do(node_id)
+        self._in_flight.remove(node_id)
+        for tp in batches:
+            self._muted_partitions.remove(tp)
+
+    async def _do_txn_commit(self, commit_result: Any) -> None:
+        """aiokafka's, with EndTxn v5 under transaction version 2."""
+        if not self._txn_manager.transaction_v2:
+            await super()._do_txn_commit(commit_result)
+            return
+        await self._message_accumulator.flush_for_commit()
+        txn_manager = self._txn_manager
+        if txn_manager.is_empty_transaction():
+            txn_manager.complete_transaction()
+            return
+        node_id = await self._find_coordinator(
+            CoordinationType.TRANSACTION, txn_manager.transactional_id
+        )
+        await _EndTxnV2Handler(self, commit_result).do(node_id)
+
     async def _do_txn_offset_commit(self, offsets: _GroupOffsets, group_id: str) -> None:
         """aiokafka's ``Sender._do_txn_offset_commit`` with the v3 handler."""
         if not offsets:
@@ -157,9 +280,11 @@ class _Kip447Sender(Sender):  # type: ignore[misc]
 class TransactionalProducer(AIOKafkaProducer):  # type: ignore[misc]
     """``AIOKafkaProducer`` with KIP-447 offsets, abortable fencing errors and a send gate.
 
-    Takes the keyword arguments of ``AIOKafkaProducer``. Without ``transactional_id`` it is a
-    plain aiokafka producer (idempotent or not) and the transactional methods raise
-    ``IllegalOperation`` as aiokafka's do.
+    Takes the keyword arguments of ``AIOKafkaProducer``, and ``transaction_version``: ``None``
+    (version 2 when the cluster has it, else 1), ``1`` (aiokafka's requests) or ``2`` (refuse
+    to start without it). Without ``transactional_id`` it is a plain aiokafka producer
+    (idempotent or not) and the transactional methods raise ``IllegalOperation`` as aiokafka's
+    do.
 
     Errors, by what the caller must do:
 
@@ -175,8 +300,11 @@ class TransactionalProducer(AIOKafkaProducer):  # type: ignore[misc]
     _metadata: Any
     _partitioner: Any
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, transaction_version: int | None = None, **kwargs: Any) -> None:
+        if transaction_version not in (None, 1, 2):
+            raise ValueError(f"transaction_version must be 1, 2 or None: {transaction_version!r}")
         super().__init__(**kwargs)
+        self._wanted_transaction_version = transaction_version
         self._txn_futures: list[asyncio.Future[Any]] = []
         self._txn_send_errors: list[BaseException] = []
         self._sequence_gap: BaseException | None = None
@@ -203,6 +331,43 @@ class TransactionalProducer(AIOKafkaProducer):  # type: ignore[misc]
             retry_backoff_ms=sender._retry_backoff * 1000,
             request_timeout_ms=sender._request_timeout_ms,
         )
+
+    async def start(self) -> None:
+        await super().start()
+        if not self.transactional or self._wanted_transaction_version == 1:
+            return
+        v2 = await self._cluster_supports_transaction_v2()
+        if self._wanted_transaction_version == 2 and not v2:
+            raise aerrors.IncompatibleBrokerVersion(
+                "transaction version 2 was asked for, but the cluster does not have "
+                "transaction.version >= 2 finalized (or lacks Produce v12 / EndTxn v5)"
+            )
+        self._txn_manager.transaction_v2 = v2
+
+    async def _cluster_supports_transaction_v2(self) -> bool:
+        """Ask the transaction coordinator for ApiVersions v3 (finalized features)."""
+        node_id = self._sender._coordinators.get(CoordinationType.TRANSACTION)
+        if node_id is None:
+            node_id = self.client.get_random_node()
+        try:
+            response = await self.client.send(node_id, ApiVersionsRequest())
+        except aerrors.KafkaError as exc:
+            log.info("reading the cluster's features failed (%r): transaction version 1", exc)
+            return False
+        return supports_v2(response)
+
+    @property
+    def producer_id_and_epoch(self) -> tuple[int, int]:
+        """(producer id, epoch) the next request will carry; under transaction version 2 the
+        epoch moves on at the end of every transaction."""
+        return self._txn_manager.producer_id, self._txn_manager.producer_epoch
+
+    @property
+    def transaction_version(self) -> int | None:
+        """1 or 2 once started (None without a transactional id)."""
+        if not self.transactional:
+            return None
+        return 2 if self._txn_manager.transaction_v2 else 1
 
     # -- state -------------------------------------------------------------------------------
 

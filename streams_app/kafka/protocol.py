@@ -1,10 +1,12 @@
 """TxnOffsetCommit v3 and OffsetFetch v7, the two protocol versions KIP-447 needs.
 
-aiokafka 0.14 defines TxnOffsetCommit v0 and OffsetFetch v0-v3 only. Both versions here are
-*flexible* (KIP-482): compact strings and arrays, a tagged-field section at the end of every
-struct, and request header v2 / response header v1 (``FLEXIBLE_VERSION = True`` makes aiokafka's
-connection pick those). We always send empty tagged fields: aiokafka's ``TaggedFields.encode``
-writes a tag without the size of its value, so only ``{}`` encodes correctly.
+aiokafka 0.14 defines TxnOffsetCommit v0 and OffsetFetch v0-v3 only. (TxnOffsetCommit v5 has
+v3's fields; it is what transaction version 2 sends, see :mod:`streams_app.kafka.txn_v2`.)
+Both versions here are *flexible* (KIP-482): compact strings and arrays, a tagged-field section
+at the end of every struct, and request header v2 / response header v1 (``FLEXIBLE_VERSION =
+True`` makes aiokafka's connection pick those). We always send empty tagged fields: aiokafka's
+``TaggedFields.encode`` writes a tag without the size of its value, so only ``{}`` encodes
+correctly.
 
 Schemas follow ``clients/src/main/resources/common/message/TxnOffsetCommit{Request,Response}.json``
 and ``OffsetFetch{Request,Response}.json`` of Apache Kafka 4.3.
@@ -39,6 +41,7 @@ from streams_app.transport.base import GroupMetadata
 
 TXN_OFFSET_COMMIT_KEY = 28
 TXN_OFFSET_COMMIT_VERSION = 3
+TXN_OFFSET_COMMIT_V2_VERSION = 5
 OFFSET_FETCH_KEY = 9
 OFFSET_FETCH_VERSION = 7
 
@@ -123,8 +126,23 @@ class TxnOffsetCommitRequest_v3(RequestStruct):  # type: ignore[misc]
     )
 
 
-class TxnOffsetCommitRequest(Request[TxnOffsetCommitRequest_v3]):  # type: ignore[misc]
-    """A TxnOffsetCommit carrying the consumer group membership (KIP-447), v3 or nothing."""
+class TxnOffsetCommitResponse_v5(TxnOffsetCommitResponse_v3):
+    API_VERSION = TXN_OFFSET_COMMIT_V2_VERSION
+
+
+class TxnOffsetCommitRequest_v5(TxnOffsetCommitRequest_v3):
+    """v3's fields; under transaction version 2 it also adds the offsets to the transaction
+    (no AddOffsetsToTxn: :mod:`streams_app.kafka.txn_v2`)."""
+
+    API_VERSION = TXN_OFFSET_COMMIT_V2_VERSION
+    RESPONSE_TYPE = TxnOffsetCommitResponse_v5
+
+
+class TxnOffsetCommitRequest(
+    Request[TxnOffsetCommitRequest_v3 | TxnOffsetCommitRequest_v5]  # type: ignore[misc]
+):
+    """A TxnOffsetCommit carrying the consumer group membership (KIP-447): v3, or v5 under
+    transaction version 2 (``version=5``), or nothing."""
 
     API_KEY = TXN_OFFSET_COMMIT_KEY
 
@@ -136,17 +154,19 @@ class TxnOffsetCommitRequest(Request[TxnOffsetCommitRequest_v3]):  # type: ignor
         producer_epoch: int,
         group: GroupMetadata,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        version: int = TXN_OFFSET_COMMIT_VERSION,
     ) -> None:
         self.transactional_id = transactional_id
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.group = group
         self.offsets = offsets
+        self.version = version
 
     def prepare(self, versions: dict[int, tuple[int, int]]) -> TxnOffsetCommitRequest_v3:
-        _require_version(
-            versions, TXN_OFFSET_COMMIT_KEY, TXN_OFFSET_COMMIT_VERSION, "TxnOffsetCommit"
-        )
+        _require_version(versions, TXN_OFFSET_COMMIT_KEY, self.version, "TxnOffsetCommit")
+        if self.version == TXN_OFFSET_COMMIT_V2_VERSION:
+            return self.build(TxnOffsetCommitRequest_v5)
         return self.build(TxnOffsetCommitRequest_v3)
 
     def build(

@@ -94,7 +94,14 @@ class Forwarder:
     async def forward(self, event: Event) -> None:
         runtime = current_runtime.get()
         assert runtime is not None
-        await runtime.send(self.target, key=self.key(event.value), value=event.value)
+        # The record keeps its time across the hop (as Kafka Streams' repartition topics do):
+        # windows after a group_by see the source's timestamps, not the time of the hop.
+        await runtime.send(
+            self.target,
+            key=self.key(event.value),
+            value=event.value,
+            timestamp=event.timestamp / 1000,
+        )
 
 
 class AgentRunner:

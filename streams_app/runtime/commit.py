@@ -11,14 +11,16 @@ Exactly-once v2 commit, for all tasks of the worker in **one** Kafka transaction
 1. **Changelog.** Each task's pending table writes are encoded once and sent to the table's
    changelog partition (the task's partition) — one record per changed key, the latest value.
    They join the transaction that already holds every output record sent while processing.
-2. **Offsets.** TxnOffsetCommit (v3) with the offsets of every task — the next record to
+2. **Send gate.** Flush, then check every send of the transaction. aiokafka would commit a
+   transaction whose sends failed; one failure here turns the commit into an abort.
+3. **Offsets.** TxnOffsetCommit (v3) with the offsets of every task — the next record to
    process — and the consumer-group generation and member id snapshotted at assignment. A
    zombie (a worker the group has moved on from) is rejected here (KIP-447): CommitFailed.
-   They are sent while the transaction's records are still in flight (as Java's
-   ``sendOffsetsToTransaction`` does): like the records, they count only at EndTxn(commit),
-   and the round trips overlap.
-3. **Send gate.** Flush, then check every send of the transaction. aiokafka would commit a
-   transaction whose sends failed; one failure here turns the commit into an abort.
+   Like the records, they count only at EndTxn(commit). They go out after the send gate, as
+   in Kafka Streams: a broker of Kafka 4.x checks a transaction's first write to each
+   partition and its offsets with the transaction coordinator through one slot per
+   transactional id, so offsets sent while such a write is in flight make one of the two fail
+   and wait out a retry backoff (``StreamsProducer.commit``).
 4. **EndTxn(commit).** From now on outputs, changelog records and offsets are visible to
    ``read_committed`` readers, all together.
 5. **State.** Only now apply each task's table writes to its store partition, in one atomic
@@ -31,7 +33,7 @@ resumes from there as if the failed attempt never happened. When the failure mea
 lost its partitions (fenced producer, stale generation), :meth:`Committer.task_migrated`
 additionally closes every task and recreates the producer, and the worker rejoins the group.
 
-At-least-once uses steps 1, 3 and 5 and then a plain offset commit (after the outputs are
+At-least-once uses steps 1, 2 and 5 and then a plain offset commit (after the outputs are
 acknowledged: duplicates possible, loss not). At-most-once commits offsets right after fetching,
 before processing (loss possible, duplicates not).
 """
@@ -122,16 +124,18 @@ class Committer:
             await self._send_changelog(task)
 
         offsets = self._offsets(tasks)
+        # Stream time travels with the offsets, as their metadata (runtime.stream_time).
+        metadata = self._metadata(tasks, offsets)
         if self.guarantee == EXACTLY_ONCE_V2:
-            # 2-4. Offsets into the transaction while its records are still in flight, then the
-            # send gate, then EndTxn(commit) (StreamsProducer.commit).
-            await self.producer.commit(offsets, self.group)
+            # 2-4. The send gate, the offsets into the transaction, then EndTxn(commit)
+            # (StreamsProducer.commit).
+            await self.producer.commit(offsets, self.group, metadata)
         else:
             # 2. The send gate: every output and changelog record acknowledged, or abort.
             await self.producer.flush_and_check()
             # 3. At-least-once: the offsets, only now that the outputs are acknowledged.
             if self.guarantee == AT_LEAST_ONCE and offsets:
-                await self.consumer.commit(offsets)
+                await self.consumer.commit(offsets, metadata)
 
         # 5. Only what Kafka committed reaches the stores, with its changelog offset.
         for task in tasks:
@@ -162,6 +166,16 @@ class Committer:
                     offsets[tp] = offset
         return offsets
 
+    def _metadata(
+        self, tasks: list[Task], offsets: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, str]:
+        out: dict[TopicPartition, str] = {}
+        for task in tasks:
+            tps = [tp for tp in task.offsets if tp in offsets]
+            if tps:
+                out.update(task.offset_metadata(tps))
+        return out
+
     def _apply_state(self, task: Task) -> None:
         for table_name, tx in task.tables.items():
             if not tx.dirty:
@@ -191,7 +205,9 @@ class Committer:
             await self.producer.abort()
         self._clear_inboxes()
         for task in list(self.tasks.tasks.values()):
-            task.rewind()
+            paused = task.rewind()
+            if paused:
+                self.consumer.resume(paused)
             for tp in task.partitions:
                 committed = task.committed.get(tp)
                 if committed is not None:

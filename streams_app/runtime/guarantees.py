@@ -66,6 +66,7 @@ def producer_config(settings: Settings, process_id: str) -> ProducerConfig:
             acks="all",
             enable_idempotence=True,
             transaction_timeout_ms=int(settings.transaction_timeout * 1000),
+            transaction_version=settings.transaction_version,
             **common,  # type: ignore[arg-type]
         )
     if settings.processing_guarantee == AT_MOST_ONCE:

@@ -431,13 +431,21 @@ class StreamsProducer:
                 raise SendFailedError(f"a record could not be sent: {type(exc).__name__}: {exc}")
 
     async def commit(
-        self, offsets: Mapping[TopicPartition, int], group: GroupMetadata | None
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group: GroupMetadata | None,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
-        """Exactly-once: offsets into the transaction, the send gate, then EndTxn(commit).
+        """Exactly-once: the send gate, then the offsets into the transaction, then EndTxn.
 
-        The offsets go out while the transaction's records may still be in flight, as Java's
-        ``sendOffsetsToTransaction`` does: nothing of the transaction counts before EndTxn, and
-        a failed send still turns the commit into an abort (:meth:`flush_and_check` raises).
+        The offsets go out only once every record of the transaction is acknowledged, as in
+        Kafka Streams (which flushes before ``sendOffsetsToTransaction``). Sending them while a
+        partition's first batch of the transaction is still in flight costs more than it
+        overlaps: the broker checks both with the transaction coordinator through one queue
+        that holds a single pending check per transactional id, and the later check displaces
+        the earlier, which then fails retriably and is retried after ``retry_backoff`` (100 ms):
+        NOT_ENOUGH_REPLICAS for the Produce, COORDINATOR_LOAD_IN_PROGRESS for the
+        TxnOffsetCommit (Kafka 4.x, ``AddPartitionsToTxnManager``; BENCHMARKS.md).
         """
         if not self.exactly_once:
             return
@@ -445,12 +453,11 @@ class StreamsProducer:
             if not offsets:
                 return
             await self.maybe_begin()
-        self._enqueue_open()  # the shipper hands the last batches over meanwhile
+        await self.flush_and_check()
         if offsets:
             if group is None:
                 raise TransportError("exactly-once commit without consumer group metadata")
-            await self.client.send_offsets_to_transaction(offsets, group)
-        await self.flush_and_check()
+            await self.client.send_offsets_to_transaction(offsets, group, metadata)
         await self.client.commit_transaction()
         self._in_transaction = False
         self.transactions_committed += 1

@@ -8,17 +8,23 @@ has processed and what is committed, and holds its pending table writes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from streams_app.errors import TopologyError
+from streams_app.runtime.partition_group import PartitionGroup
+from streams_app.runtime.stream_time import UNKNOWN, PartitionMetadata, encode_metadata
 from streams_app.state.base import PartitionTransaction, Store
 from streams_app.state.cache import ReadCache
 from streams_app.transport.base import TopicPartition
 
 if TYPE_CHECKING:
-    from streams_app.app.context import SendFuture
+    from streams_app.app.context import Event, SendFuture
     from streams_app.app.table import Table
+    from streams_app.app.windowed import WindowedTableState
+
+#: Makes the PartitionGroup of a stage's partitions (the worker knows the settings and lag).
+GroupFactory = Callable[[list[TopicPartition]], PartitionGroup]
 
 
 class TaskId(NamedTuple):
@@ -36,16 +42,25 @@ CLOSED = "closed"
 
 class Task:
     __slots__ = (
+        "_group_factory",
+        "_groups",
         "cache",
         "changelog_last",
         "committed",
+        "committed_partition_times",
+        "committed_table_times",
         "id",
+        "late",
         "offsets",
         "partition_count",
+        "partition_times",
         "partitions",
+        "stages",
         "state",
         "stores",
         "tables",
+        "timer_due",
+        "windowed_states",
     )
 
     def __init__(
@@ -55,6 +70,9 @@ class Task:
         partitions: set[TopicPartition],
         stores: Mapping[str, Store],
         cache: ReadCache | None = None,
+        *,
+        stages: Mapping[str, int] | None = None,
+        group_factory: GroupFactory | None = None,
     ) -> None:
         self.id = task_id
         self.partition_count = partition_count
@@ -71,6 +89,93 @@ class Task:
         #: Per table, the future of the last changelog record sent in the open transaction.
         self.changelog_last: dict[str, SendFuture] = {}
         self.state = RESTORING
+        # -- stream time (runtime.stream_time) --
+        #: Largest timestamp processed per input partition; and as of the last commit.
+        self.partition_times: dict[TopicPartition, int] = {}
+        self.committed_partition_times: dict[TopicPartition, int] = {}
+        #: Windowed table -> observed stream time as of the last commit.
+        self.committed_table_times: dict[str, int] = {}
+        #: Windowed table -> its windows in this task (rebuilt after every abort).
+        self.windowed_states: dict[str, WindowedTableState] = {}
+        #: Records late for a windowed table since the last batch ended: (event, table).
+        self.late: list[tuple[Event, Table]] = []
+        #: Stream-time timer -> the stream time at which it fires next (ms).
+        self.timer_due: dict[str, int] = {}
+        self.stages: Mapping[str, int] = stages or {}
+        self._group_factory = group_factory
+        self._groups: dict[TopicPartition, PartitionGroup | None] | None = None
+
+    # -- what tables and timers see (app.context.TaskScope) -------------------------------
+
+    @property
+    def partition(self) -> int:
+        return self.id.partition
+
+    @property
+    def stream_time(self) -> int:
+        return max(self.partition_times.values(), default=UNKNOWN)
+
+    def windowed(self, table: Table) -> WindowedTableState:
+        state = self.windowed_states.get(table.name)
+        if state is None:
+            tx = self.tables.get(table.name)
+            if tx is None:
+                tx = self.open_table(table)
+            observed = self.committed_table_times.get(table.name, UNKNOWN)
+            state = self.windowed_states[table.name] = table.open_windowed(tx, observed)
+        return state
+
+    def record_late(self, event: Event, table: Table) -> None:
+        late = self.late
+        if not late or late[-1][0] is not event or late[-1][1] is not table:
+            late.append((event, table))
+
+    # -- stream time ----------------------------------------------------------------------
+
+    def restore_times(self, found: Mapping[TopicPartition, PartitionMetadata]) -> None:
+        """Stream time as the last commit left it (from the committed offsets' metadata)."""
+        for tp, meta in found.items():
+            self.partition_times[tp] = self.committed_partition_times[tp] = meta.partition_time
+            for name, observed in meta.tables.items():
+                if observed > self.committed_table_times.get(name, UNKNOWN):
+                    self.committed_table_times[name] = observed
+
+    def table_times(self) -> dict[str, int]:
+        times = dict(self.committed_table_times)
+        for name, state in self.windowed_states.items():
+            times[name] = state.observed
+        return times
+
+    def offset_metadata(self, tps: list[TopicPartition]) -> dict[TopicPartition, str]:
+        tables = self.table_times()
+        times = self.partition_times
+        return {tp: encode_metadata(times.get(tp, UNKNOWN), tables) for tp in tps}
+
+    def group_for(self, tp: TopicPartition) -> PartitionGroup | None:
+        """The PartitionGroup ordering ``tp`` with its stage's other partitions (None when it is
+        its stage's only partition: nothing to order)."""
+        groups = self._groups
+        if groups is None:
+            groups = self._groups = {}
+            by_stage: dict[int, list[TopicPartition]] = {}
+            for part in self.partitions:
+                by_stage.setdefault(self.stages.get(part.topic, 0), []).append(part)
+            for members in by_stage.values():
+                group = None
+                if len(members) > 1 and self._group_factory is not None:
+                    group = self._group_factory(members)
+                for part in members:
+                    groups[part] = group
+        return groups.get(tp)
+
+    def groups(self) -> list[PartitionGroup]:
+        if not self._groups:
+            return []
+        return list({id(g): g for g in self._groups.values() if g is not None}.values())
+
+    def buffered(self, tp: TopicPartition) -> bool:
+        group = self.group_for(tp) if self._groups is not None else None
+        return group is not None and group.has_buffered(tp)
 
     def open_table(self, table: Table) -> PartitionTransaction:
         """The task's pending-writes view of ``table``; checks co-partitioning on first use."""
@@ -95,15 +200,27 @@ class Task:
             return True
         return any(tx.dirty for tx in self.tables.values())
 
-    def rewind(self) -> None:
-        """Forget everything since the last commit."""
+    def rewind(self) -> list[TopicPartition]:
+        """Forget everything since the last commit; returns partitions paused for buffering
+        (to resume: the consumer seeks back and fetches them again)."""
         for tx in self.tables.values():
             tx.discard()
         self.changelog_last.clear()
         self.offsets = dict(self.committed)
+        self.partition_times = dict(self.committed_partition_times)
+        self.windowed_states.clear()
+        self.late.clear()
+        self.timer_due.clear()
+        paused: list[TopicPartition] = []
+        for group in self.groups():
+            paused += group.clear()
+        return paused
 
     def mark_committed(self) -> None:
         self.committed = dict(self.offsets)
+        self.committed_partition_times = dict(self.partition_times)
+        for name, state in self.windowed_states.items():
+            self.committed_table_times[name] = state.observed
 
     def __repr__(self) -> str:
         return f"<Task {self.id} {self.state}>"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 
-from streams_app.runtime.task import RESTORING, RUNNING, Task, TaskId
+from streams_app.runtime.task import RESTORING, RUNNING, GroupFactory, Task, TaskId
 from streams_app.runtime.topology import TopologyPlan
 from streams_app.state.base import PartitionTransaction, Store, StorePartition
 from streams_app.state.cache import ReadCache
@@ -23,11 +23,16 @@ log = logging.getLogger(__name__)
 
 class TaskManager:
     def __init__(
-        self, plan: TopologyPlan, stores: Mapping[str, Store], cache: ReadCache | None = None
+        self,
+        plan: TopologyPlan,
+        stores: Mapping[str, Store],
+        cache: ReadCache | None = None,
+        group_factory: GroupFactory | None = None,
     ) -> None:
         self.plan = plan
         self.stores = stores
         self.cache = cache if cache is not None else ReadCache(0)
+        self.group_factory = group_factory
         self.tasks: dict[TaskId, Task] = {}
         self.by_tp: dict[TopicPartition, Task] = {}
         self.restores: list[RestoreResult] = []
@@ -46,7 +51,15 @@ class TaskManager:
             task = self.tasks.get(task_id)
             if task is None:
                 count = self.plan.partition_counts[tp.topic]
-                task = Task(task_id, count, set(), self.stores, self.cache)
+                task = Task(
+                    task_id,
+                    count,
+                    set(),
+                    self.stores,
+                    self.cache,
+                    stages=self.plan.stages,
+                    group_factory=self.group_factory,
+                )
                 self.tasks[task_id] = task
                 created.append(task)
             task.partitions.add(tp)

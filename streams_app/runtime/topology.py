@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from streams_app.errors import TopologyError
+from streams_app.runtime.stream_time import topic_stages
 from streams_app.settings import Settings
 from streams_app.transport.base import AdminClient, TopicSpec
 
@@ -36,14 +37,19 @@ class TopologyPlan:
     tables_by_group: dict[int, list[str]] = field(default_factory=dict)
     #: Source topic -> dead-letter topic.
     dead_letter_topics: dict[str, str] = field(default_factory=dict)
+    #: Input topic -> its stage: 0 read from outside, +1 per group_by hop (runtime.stream_time).
+    stages: dict[str, int] = field(default_factory=dict)
 
 
 def dead_letter_topic(settings: Settings, topic: str) -> str:
     return settings.dead_letter_topic.replace("{topic}", topic)
 
 
-async def plan_topology(app: App, runner: AgentRunner, admin: AdminClient) -> TopologyPlan:
-    conf = app.conf
+async def plan_topology(
+    app: App, runner: AgentRunner, admin: AdminClient, conf: Settings | None = None
+) -> TopologyPlan:
+    """``conf``: the worker's settings (the app's, with the worker's overrides applied)."""
+    conf = conf or app.conf
     inputs = sorted(runner.source_topics())
     if not inputs:
         raise TopologyError(f"app {app.id!r} has no agents: nothing to consume")
@@ -135,6 +141,7 @@ async def plan_topology(app: App, runner: AgentRunner, admin: AdminClient) -> To
         changelog_topics=changelogs,
         tables_by_group=tables_by_group,
         dead_letter_topics=dead_letters,
+        stages=topic_stages(inputs, runner.repartition_sources),
     )
 
 

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streams_app.app.app import WALL_CLOCK
 from streams_app.app.context import Event, SendFuture, current_event, current_runtime
 from streams_app.codecs import DecodeError
-from streams_app.errors import WorkerStopped
+from streams_app.errors import InvalidTimestamp, WorkerStopped
 from streams_app.runtime import guarantees
 from streams_app.runtime.actor import AgentRunner
+from streams_app.runtime.broker_limits import check_broker_limits, check_topic_limits
 from streams_app.runtime.clock import Clock, SystemClock
 from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN, Committer
 from streams_app.runtime.errors_policy import (
@@ -29,8 +30,11 @@ from streams_app.runtime.errors_policy import (
     Failure,
     dead_letter_headers,
 )
+from streams_app.runtime.partition_group import PartitionGroup
 from streams_app.runtime.producer import StreamsProducer
+from streams_app.runtime.punctuator import CallbackFailed, Punctuator
 from streams_app.runtime.state_memory import log_state_memory
+from streams_app.runtime.stream_time import decode_metadata
 from streams_app.runtime.task import RUNNING, Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.topology import TopologyPlan, plan_topology
@@ -62,6 +66,10 @@ H_TXN_ID = "txn_id"
 H_GENERATION = "generation"
 
 
+def _kafka_timestamp(record: RecordLike) -> int:
+    return record.timestamp
+
+
 class AgentFailed(Exception):
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.describe())
@@ -83,7 +91,7 @@ class Worker:
         **overrides: Any,
     ) -> None:
         self.app = app
-        conf = dataclasses.replace(app.conf, **overrides) if overrides else app.conf
+        conf = app.conf.replace(**overrides) if overrides else app.conf
         conf.validate()
         self.conf: Settings = conf
         self.transport: Transport = transport or app.transport()
@@ -93,6 +101,8 @@ class Worker:
         self._lineage: dict[tuple[str, int], tuple[tuple[str, bytes], tuple[str, bytes]]] = {}
         self.runner = AgentRunner(app)
         self.policy = ErrorPolicy(conf)
+        self.punctuator = Punctuator(app, self.send, self._dead_letter)
+        self._wall_timers = [t for t in app.timers if t.on == WALL_CLOCK]
         self.started = asyncio.Event()
         self.stopped = asyncio.Event()
         self._stop_requested = asyncio.Event()
@@ -186,15 +196,28 @@ class Worker:
         self._admin = admin
         if conf.exactly_once:
             await admin.check_exactly_once_support()
+        limits = await admin.broker_limits()
+        if limits is None:
+            log.info("not allowed to describe broker configs: broker-side limits not checked")
+        else:
+            check_broker_limits(conf, limits)
 
         # Agents run up to their first `async for`, declaring group_by topics on the way.
         self.runner.start()
         await self.runner.wait_started(timeout=30.0)
-        self.plan = await plan_topology(self.app, self.runner, admin)
+        self.plan = await plan_topology(self.app, self.runner, admin, conf)
+        written = [
+            name
+            for name in self.plan.partition_counts
+            if name not in self.plan.input_topics or name.endswith("-repartition")
+        ]
+        check_topic_limits(conf, await admin.topic_max_message_bytes(written))
         options = rocksdb_options(conf)  # one block cache and memtable budget for all tables
         for table in self.app.tables.values():
             self.stores[table.name] = open_store(conf.store, self.directory, table.name, options)
-        self._tasks = TaskManager(self.plan, self.stores, self.memory.cache)
+        self._tasks = TaskManager(
+            self.plan, self.stores, self.memory.cache, group_factory=self._partition_group
+        )
         if self.stores:
             log_state_memory(conf, self.plan, options)
 
@@ -220,7 +243,7 @@ class Worker:
             uncommitted=self.memory.uncommitted,
         )
         now = self.clock.monotonic()
-        self._timer_due = {t.name: now + t.interval for t in self.app.timers}
+        self._timer_due = {t.name: now + t.interval for t in self._wall_timers}
         self._consumer.subscribe(self.plan.input_topics, _RebalanceListener(self))
         self.started.set()
         log.info("worker %s started; inputs %s", conf.id, ", ".join(self.plan.input_topics))
@@ -277,8 +300,10 @@ class Worker:
             if self.tasks.restoring():
                 await self._restore()
                 continue
+            waiting = self._buffered_wait()
             batch = await self.consumer.getmany(
-                timeout_ms=poll_ms, max_records=conf.max_poll_records
+                timeout_ms=poll_ms if waiting is None else min(poll_ms, waiting),
+                max_records=conf.max_poll_records,
             )
             async with self._lock:
                 if self._timer_due:
@@ -293,7 +318,7 @@ class Worker:
     ) -> None:
         committer = self.committer
         try:
-            if batch:
+            if batch or self._has_buffered():
                 if self.conf.processing_guarantee == AT_MOST_ONCE:
                     await committer.commit_offsets_before_processing(self._batch_offsets(batch))
                 await self._process(batch)
@@ -322,7 +347,7 @@ class Worker:
     async def _run_due_timers(self) -> None:
         """Run timers whose time has come; what they send joins the open transaction."""
         now = self.clock.monotonic()
-        for timer in self.app.timers:
+        for timer in self._wall_timers:
             due = self._timer_due.get(timer.name)
             if due is None or now < due:
                 continue
@@ -345,20 +370,102 @@ class Worker:
             task = by_tp.get(tp)
             if task is None or not records:
                 continue  # revoked: the new owner processes them
+            key = TopicPartition(tp[0], tp[1])
             if task.state != RUNNING:
                 # Not restored yet (its partitions should be paused): fetch these again later.
-                key = TopicPartition(tp[0], tp[1])
                 self.consumer.seek(key, task.offsets.get(key, records[0].offset))
                 continue
-            processed += await self._dispatch(task, TopicPartition(tp[0], tp[1]), records)
+            group = task.group_for(key)
+            if group is not None:  # co-partitioned inputs: smallest timestamp first
+                group.add(key, records, self._ordering_timestamp(task, key))
+                continue
+            processed += await self._dispatch(task, key, records)
+        if self._has_buffered():
+            processed += await self._process_buffered()
+        await self._check_agents()
+        if not self.punctuator.idle:
+            try:
+                await self.punctuator.after_batch(self.tasks.running())
+            except CallbackFailed as exc:
+                raise AgentFailed(Failure.of(exc.what, exc.error, None)) from exc
+        self.records_processed += processed
+        self.committer.records_since_commit += processed
+        await self._sync_positions(batch)
+
+    async def _check_agents(self) -> None:
         await self.runner.wait_idle()
         for actor in self.runner.failed():
             error = actor.error
             assert error is not None
             raise AgentFailed(Failure.of(actor.name, error, actor.failed_event))
-        self.records_processed += processed
-        self.committer.records_since_commit += processed
-        await self._sync_positions(batch)
+
+    # -- co-partitioned inputs in timestamp order (runtime.partition_group) ----------------
+
+    def _partition_group(self, partitions: list[TopicPartition]) -> PartitionGroup:
+        return PartitionGroup(
+            partitions,
+            max_idle=self.conf.max_task_idle,
+            lag=self.consumer.fetched_lag,
+            limit=max(2 * self.conf.max_poll_records, 1000),
+        )
+
+    def _ordering_timestamp(self, task: Task, tp: TopicPartition) -> Any:
+        topic = self.app.topics[tp.topic]
+        if topic.timestamp_fn is None:
+            return _kafka_timestamp
+        load_value = topic.value_codec.loads
+
+        def extracted(record: RecordLike) -> int:
+            try:
+                value = None if record.value is None else load_value(record.value)
+                return topic.timestamp_of(record.timestamp, value, -1)
+            except Exception:  # dead-lettered when dispatched; order it by Kafka's time
+                return record.timestamp
+
+        return extracted
+
+    def _has_buffered(self) -> bool:
+        if self._tasks is None:
+            return False
+        return any(group.buffered for task in self.tasks.running() for group in task.groups())
+
+    def _buffered_wait(self) -> int | None:
+        """How long the next poll may wait (ms) while buffered records wait on a task's idle
+        deadline; None when nothing is buffered."""
+        if not self._has_buffered():
+            return None
+        now = self.clock.monotonic()
+        deadlines = [
+            d
+            for task in self.tasks.running()
+            for group in task.groups()
+            if (d := group.next_deadline()) is not None
+        ]
+        if not deadlines:
+            return 5
+        return max(1, min(100, int((min(deadlines) - now) * 1000) + 1))
+
+    async def _process_buffered(self) -> int:
+        """Process each ready group's records, smallest timestamp first. Between runs from
+        different partitions, wait until the agents are idle: the records of two topics go to
+        different agents, which must see them in that order too."""
+        processed = 0
+        now = self.clock.monotonic()
+        for task in self.tasks.running():
+            for group in task.groups():
+                last: TopicPartition | None = None
+                while group.ready(now):
+                    tp, run = group.next_run()
+                    if last is not None and tp != last:
+                        await self._check_agents()
+                    last = tp
+                    processed += await self._dispatch(task, tp, run)
+                pause, resume = group.to_pause(), group.to_resume()
+                if pause:
+                    self.consumer.pause(pause)
+                if resume:
+                    self.consumer.resume(resume)
+        return processed
 
     async def _sync_positions(self, partitions: Iterable[TopicPartition]) -> None:
         """Step the next-offset-to-commit over transaction markers (KAFKA-6607).
@@ -374,6 +481,8 @@ class Worker:
             if task is None or task.state != RUNNING:
                 continue
             key = TopicPartition(tp[0], tp[1])
+            if task.buffered(key):
+                continue  # fetched, not processed: the position is past them
             position = await self.consumer.position(key)
             if position > task.offsets.get(key, position):
                 task.offsets[key] = position
@@ -389,6 +498,10 @@ class Worker:
         offsets = task.offsets
         expected = offsets.get(tp, 0)
         count = 0
+        # Stream time (runtime.stream_time): the record's time, and the partition's largest.
+        timestamp_fn = topic.timestamp_fn
+        times = task.partition_times
+        partition_time = times.get(tp, -1)
         for record in records:
             offset = record.offset
             if offset < expected:
@@ -408,11 +521,21 @@ class Worker:
                 await self._dead_letter(record, error, None)
                 offsets[tp] = offset + 1
                 continue
+            timestamp = record.timestamp
+            if timestamp_fn is not None or timestamp < 0:
+                try:
+                    timestamp = topic.timestamp_of(timestamp, value, partition_time)
+                except InvalidTimestamp as exc:
+                    await self._dead_letter(record, exc, None)
+                    offsets[tp] = offset + 1
+                    continue
+            if timestamp > partition_time:
+                partition_time = times[tp] = timestamp
             event = Event(
                 tp.topic,
                 tp.partition,
                 offset,
-                record.timestamp,
+                timestamp,
                 key,
                 value,
                 tuple(record.headers),
@@ -545,8 +668,16 @@ class Worker:
             value=raw_value,
             partition=partition,
             headers=out or None,
-            timestamp_ms=None if timestamp is None else int(timestamp * 1000),
+            timestamp_ms=None if timestamp is None else round(timestamp * 1000),
         )
+
+    def wall_time(self) -> float:
+        return self.clock.time()
+
+    @property
+    def late_records(self) -> int:
+        """Records a windowed table refused because their windows had closed."""
+        return self.punctuator.late_records
 
     def table_items(self, table: Table) -> Iterator[tuple[Any, Any]]:
         store = self.stores.get(table.name)
@@ -597,16 +728,21 @@ class _RebalanceListener:
             if not tps:
                 return
             consumer.pause(tps)  # until the tables are restored
-            committed = await consumer.committed_offsets(tps)
-            missing = [tp for tp, offset in committed.items() if offset is None]
+            found = await consumer.committed_offsets_with_metadata(tps)
+            missing = [tp for tp, committed in found.items() if committed is None]
             beginnings = await worker.admin.beginning_offsets(missing) if missing else {}
             for tp in tps:
                 task = worker.tasks.by_tp[tp]
-                offset = committed.get(tp)
-                if offset is None:
+                committed = found.get(tp)
+                if committed is None:
                     offset = beginnings.get(tp, 0)
+                    metadata = decode_metadata(None)
+                else:
+                    offset = committed.offset
+                    metadata = decode_metadata(committed.metadata)
                 task.committed[tp] = offset
                 task.offsets[tp] = offset
+                task.restore_times({tp: metadata})  # stream time resumes where it committed
                 consumer.seek(tp, offset)
             log.info(
                 "assigned %d partitions (%d new tasks), generation %s",

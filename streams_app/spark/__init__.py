@@ -11,6 +11,6 @@ pyspark-free :mod:`streams_app.spark.lineage` stays importable without the ``spa
 - :mod:`~streams_app.spark.pipeline`: the orders topology's pipeline;
 - :mod:`~streams_app.spark.audit`: duplicates, gaps and aborted records per partition;
 - :mod:`~streams_app.spark.lineage`: the ``src_partition`` / ``src_offset`` headers;
-- :mod:`~streams_app.spark.postgres_server`: a real PostgreSQL on 127.0.0.1 (tests, local runs);
+- :mod:`~streams_app.spark.postgres_server`: moved to :mod:`streams_app.postgres.server`;
 - ``submit.py``: the entry script for ``spark-submit`` (see docs/pipeline.md).
 """

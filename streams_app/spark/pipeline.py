@@ -21,18 +21,21 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from streams_app.spark.progress import BatchReporter
 from streams_app.spark.reader import read_stream
 from streams_app.spark.sinks import (
     PostgresSink,
     PostgresTable,
     Trigger,
+    join_path,
+    latest_file_sink_batch,
     read_files,
     write_files,
     write_postgres,
@@ -84,11 +87,6 @@ def hourly_totals(reservations_batch: DataFrame) -> DataFrame:
     )
 
 
-def join_path(base: str, *parts: str) -> str:
-    """Join path parts; ``base`` may be a local path or a URI (hdfs://, s3a://, file:/)."""
-    return "/".join([base.rstrip("/"), *parts])
-
-
 @dataclass
 class OrdersPipeline:
     """The pipeline's configuration and, once started, its queries.
@@ -105,7 +103,11 @@ class OrdersPipeline:
     topic: str = INVENTORY_TOPIC
     trigger: Trigger = field(default_factory=Trigger)
     max_offsets_per_trigger: int | None = None
+    #: Extra connector options: Kafka security (``spark.security.kafka_security_options``).
+    kafka_options: Mapping[str, str] = field(default_factory=dict)
     queries: list[StreamingQuery] = field(default_factory=list, init=False)
+    #: Logs one line per micro-batch and query (see :mod:`streams_app.spark.progress`).
+    reporter: BatchReporter = field(default_factory=BatchReporter, init=False)
 
     @property
     def files_path(self) -> str:
@@ -121,6 +123,7 @@ class OrdersPipeline:
             self.topic,
             Reserved,
             max_offsets_per_trigger=self.max_offsets_per_trigger,
+            options=self.kafka_options,
         )
         return reservations(frame)
 
@@ -146,26 +149,28 @@ class OrdersPipeline:
     def start(self, only: Sequence[str] = ("files", "postgres")) -> list[StreamingQuery]:
         """Start the queries (``files``, ``postgres``) and return them."""
         if "files" in only:
-            self.queries.append(
-                write_files(
-                    self.files_frame(),
-                    self.files_path,
-                    self.checkpoint("files"),
-                    trigger=self.trigger,
-                    query_name=f"{self.topic}-files",
-                )
+            committed_before = latest_file_sink_batch(self.spark, self.files_path)
+            query = write_files(
+                self.files_frame(),
+                self.files_path,
+                self.checkpoint("files"),
+                trigger=self.trigger,
+                query_name=f"{self.topic}-files",
             )
+            self.queries.append(query)
+            self.reporter.watch(query, committed_before=committed_before)
         if "postgres" in only and self.postgres_dsn:
             self.create_tables()
-            self.queries.append(
-                write_postgres(
-                    self.postgres_frame(),
-                    self.postgres_sink(),
-                    self.checkpoint("postgres"),
-                    trigger=self.trigger,
-                    query_name=f"{self.topic}-postgres",
-                )
+            sink = self.postgres_sink()
+            query = write_postgres(
+                self.postgres_frame(),
+                sink,
+                self.checkpoint("postgres"),
+                trigger=self.trigger,
+                query_name=f"{self.topic}-postgres",
             )
+            self.queries.append(query)
+            self.reporter.watch(query, notes=sink.notes)
         return self.queries
 
     def await_termination(self, stop: threading.Event | None = None) -> None:
@@ -177,11 +182,14 @@ class OrdersPipeline:
         """
         stop = stop or threading.Event()
         while not stop.is_set():
+            self.reporter.poll()
             if self.trigger.available_now:
                 if all(query.awaitTermination(1) for query in self.queries):
+                    self.reporter.poll()
                     return
             elif self.spark.streams.awaitAnyTermination(1):
                 break
+        self.reporter.poll()
         for query in self.queries:
             error = query.exception()
             if error is not None:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -93,3 +95,26 @@ def spark_session(
             spark.conf.set(key, value)
     spark.sparkContext.setLogLevel(log_level)
     return spark
+
+
+def driver_process(spark: SparkSession) -> Any:
+    """The ``Popen`` of the driver JVM this Python process launched (None under spark-submit,
+    where the JVM launched Python)."""
+    gateway = getattr(spark.sparkContext, "_gateway", None)
+    return getattr(gateway, "proc", None)
+
+
+def driver_alive(spark: SparkSession, wait: float = 5.0) -> bool:
+    """False once the driver JVM this process launched has exited (killed, out of memory).
+
+    Called when a Py4J call failed: the connection breaks while the killed JVM is still being
+    torn down, so give it ``wait`` seconds to be reaped before calling it alive.
+    """
+    proc = driver_process(spark)
+    if proc is None:
+        return True
+    try:
+        proc.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        return True
+    return False

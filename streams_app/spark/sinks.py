@@ -32,6 +32,7 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from streams_app.errors import ConfigError, StreamsAppError
+from streams_app.spark.progress import SinkNote
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,28 @@ def write_files(
     if query_name:
         writer = writer.queryName(query_name)
     return (trigger or Trigger()).apply(writer).start()
+
+
+def latest_file_sink_batch(spark: SparkSession, path: str) -> int:
+    """The highest batch id a file sink at ``path`` has committed (listed in its
+    ``_spark_metadata`` log), -1 for none. Spark's file sink skips any batch at or below it."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    log_dir = jvm.org.apache.hadoop.fs.Path(join_path(path, "_spark_metadata"))
+    fs = log_dir.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(log_dir):
+        return -1
+    latest = -1
+    for status in fs.listStatus(log_dir):
+        name = status.getPath().getName().split(".")[0]
+        if name.isdigit():
+            latest = max(latest, int(name))
+    return latest
+
+
+def join_path(base: str, *parts: str) -> str:
+    """Join path parts; ``base`` may be a local path or a URI (hdfs://, s3a://, file:/)."""
+    return "/".join([base.rstrip("/"), *parts])
 
 
 def read_files(spark: SparkSession, path: str, fmt: str = "parquet") -> DataFrame:
@@ -152,6 +175,8 @@ class PostgresSink:
         self.transform = transform
         self.batches_table = batches_table
         self._ready = False
+        #: What happened to each batch id this sink saw in this process (for the batch log).
+        self.notes: dict[int, SinkNote] = {}
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         query_id = batch.sparkSession.sparkContext.getLocalProperty(_QUERY_ID_PROPERTY)
@@ -196,9 +221,10 @@ class PostgresSink:
                 (query_id, batch_id, self.table.name),
             ).fetchone()
             if claimed is None:
-                log.info(
+                log.debug(
                     "batch %d of query %s is already in PostgreSQL; skipped", batch_id, query_id
                 )
+                self.notes[batch_id] = SinkNote(skipped=True)
                 return None
             count = self.write_rows(conn, frame)
             conn.execute(
@@ -207,9 +233,10 @@ class PostgresSink:
                 ).format(sql.Identifier(*self.batches_table.split("."))),
                 (count, query_id, batch_id),
             )
-        log.info(
+        log.debug(
             "batch %d of query %s: %d rows into %s", batch_id, query_id, count, self.table.name
         )
+        self.notes[batch_id] = SinkNote(rows=count, target=self.table.name)
         return count
 
     def write_rows(self, conn: psycopg.Connection[tuple[Any, ...]], frame: DataFrame) -> int:

@@ -19,6 +19,15 @@ from streams_app.codecs import Codec
 from streams_app.state.cache import MISS, ReadCache, entry_size, entry_sizes
 from streams_app.state.sizing import shared
 
+
+def prefix_upper_bound(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: there is none)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
 #: Marks a key deleted in a pending transaction (distinct from "not written"), and a key the
 #: store does not hold in the read cache. One shared object: it costs its entries nothing.
 DELETED: Any = shared(object())
@@ -34,6 +43,21 @@ class StorePartition(ABC):
     @abstractmethod
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every committed key and value (never the offset bookkeeping)."""
+
+    def iter_range(self, low: bytes, high: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """Committed keys ``low <= key < high`` (no upper bound: None), in key order.
+
+        Windowed tables keep a key's windows under one prefix, ordered by window start (see
+        ``state.windowed``), so this finds them without reading the rest of the partition.
+        Stores override it with a seek; this default filters a full scan.
+        """
+        for key, value in self.items():
+            if key >= low and (high is None or key < high):
+                yield key, value
+
+    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Committed keys starting with ``prefix``, in key order, with their values."""
+        return self.iter_range(prefix, prefix_upper_bound(prefix))
 
     @property
     @abstractmethod

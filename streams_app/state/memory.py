@@ -9,6 +9,7 @@ changelog. Within one process a partition's data and offset are kept when it is 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator, Mapping
 
 from streams_app.state.base import Store, StorePartition
@@ -19,6 +20,9 @@ class MemoryStorePartition(StorePartition):
         self._data: dict[bytes, bytes] = {}
         self._offset: int | None = None
         self._closed = False
+        #: The keys in order, made on the first prefix scan after a write (scans of windowed
+        #: tables happen per record, writes once per commit).
+        self._sorted: list[bytes] | None = None
 
     def _check(self) -> None:
         if self._closed:
@@ -33,6 +37,20 @@ class MemoryStorePartition(StorePartition):
         self._check()
         yield from sorted(self._data.items())
 
+    def iter_range(self, low: bytes, high: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        self._check()
+        keys = self._sorted
+        if keys is None:
+            keys = self._sorted = sorted(self._data)
+        data = self._data
+        for i in range(bisect_left(keys, low), len(keys)):
+            key = keys[i]
+            if high is not None and key >= high:
+                return
+            value = data.get(key)
+            if value is not None:
+                yield key, value
+
     @property
     def changelog_offset(self) -> int | None:
         return self._offset
@@ -40,6 +58,8 @@ class MemoryStorePartition(StorePartition):
     def write(self, batch: Mapping[bytes, bytes | None], changelog_offset: int) -> None:
         self._check()
         data = self._data
+        if batch:
+            self._sorted = None
         for key, value in batch.items():
             if value is None:
                 data.pop(key, None)
@@ -50,6 +70,7 @@ class MemoryStorePartition(StorePartition):
     def wipe(self) -> None:
         self._check()
         self._data.clear()
+        self._sorted = None
         self._offset = None
 
     @property

@@ -51,6 +51,7 @@ from rocksdict import (
     DBRecoveryMode,
     Options,
     Rdict,
+    ReadOptions,
     WriteBatch,
     WriteBufferManager,
     WriteOptions,
@@ -274,6 +275,14 @@ class RocksDBStorePartition(StorePartition):
         Exhaust or ``close()`` the iterator before closing the partition (see the module doc).
         """
         yield from self._require().items()
+
+    def iter_range(self, low: bytes, high: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """One seek to ``low``; the upper bound makes RocksDB stop at ``high``."""
+        opts = ReadOptions()
+        if high is not None:
+            opts.set_iterate_upper_bound(high)
+        # Raw mode: keys and values are bytes.
+        yield from self._require().items(from_key=low, read_opt=opts)
 
     @property
     def changelog_offset(self) -> int | None:

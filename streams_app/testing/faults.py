@@ -31,6 +31,8 @@ from streams_app.transport.base import (
     AdminClient,
     AppendedRecord,
     BatchingProducerClient,
+    BrokerLimits,
+    CommittedOffset,
     ConsumerClient,
     ConsumerConfig,
     GroupMetadata,
@@ -345,9 +347,33 @@ class HarnessConsumer:
         await self.switch.check("after_committed_offsets")
         return {names.local_tp(tp): offset for tp, offset in found.items()}
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    async def committed_offsets_with_metadata(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, CommittedOffset | None]:
+        await self.switch.check("committed_offsets")
+        names = self.names
+        found = await self.inner.committed_offsets_with_metadata(
+            [names.tp(tp) for tp in partitions]
+        )
+        await self.switch.check("after_committed_offsets")
+        return {names.local_tp(tp): offset for tp, offset in found.items()}
+
+    def fetched_lag(self, tp: TopicPartition) -> int | None:
+        if self.switch.dead:
+            return None
+        return self.inner.fetched_lag(self.names.tp(tp))
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        metadata: Mapping[TopicPartition, str] | None = None,
+    ) -> None:
         await self.switch.check("commit")
-        await self.inner.commit({self.names.tp(tp): o for tp, o in offsets.items()})
+        names = self.names
+        await self.inner.commit(
+            {names.tp(tp): o for tp, o in offsets.items()},
+            None if metadata is None else {names.tp(tp): m for tp, m in metadata.items()},
+        )
         await self.switch.check("after_commit")
 
     def pause(self, partitions: Collection[TopicPartition]) -> None:
@@ -416,11 +442,17 @@ class HarnessProducer:
         return future
 
     async def send_offsets_to_transaction(
-        self, offsets: Mapping[TopicPartition, int], group: GroupMetadata
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group: GroupMetadata,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
         await self.switch.check("send_offsets_to_transaction")
+        names = self.names
         await self.inner.send_offsets_to_transaction(
-            {self.names.tp(tp): o for tp, o in offsets.items()}, group
+            {names.tp(tp): o for tp, o in offsets.items()},
+            group,
+            None if metadata is None else {names.tp(tp): m for tp, m in metadata.items()},
         )
         await self.switch.check("after_send_offsets_to_transaction")
 
@@ -554,3 +586,13 @@ class HarnessAdmin:
     async def check_exactly_once_support(self) -> None:
         self.switch.refuse()
         await self.inner.check_exactly_once_support()
+
+    async def broker_limits(self) -> list[BrokerLimits] | None:
+        self.switch.refuse()
+        return await self.inner.broker_limits()
+
+    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
+        self.switch.refuse()
+        names = self.names
+        found = await self.inner.topic_max_message_bytes([names.topic(t) for t in topics])
+        return {names.local(t): n for t, n in found.items()}

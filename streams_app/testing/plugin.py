@@ -6,7 +6,12 @@ Installing streams_app gives a test suite these fixtures:
 - ``kafka_cluster``: a real 3-node cluster (replication 3, ``min.insync.replicas=2``) for fault
   tests; any node a test kills is restarted before the next test gets the cluster;
 - ``bootstrap_servers``: the broker's address;
-- ``unique``: a short unique suffix for topic and group names, so tests never share state.
+- ``unique``: a short unique suffix for topic and group names, so tests never share state;
+- ``secure_kafka``: a real single-node broker with TLS, SASL (SCRAM-SHA-512, PLAIN) and ACLs
+  for the whole session (:class:`~streams_app.testing.secure.SecureKafka`).
+- ``postgres_server``: a real PostgreSQL (Debian's server binaries, installed when missing and
+  we are root) on 127.0.0.1 and a free port for the whole session, fsync off;
+- ``postgres_dsn``: a fresh database on it for one test (needs the ``postgres`` extra).
 
 Set ``STREAMS_APP_TEST_BOOTSTRAP`` to run against a broker you started yourself (for example the
 ``docker-compose.yml`` one) instead of the embedded one.
@@ -38,11 +43,14 @@ from streams_app.broker import EmbeddedKafka
 if TYPE_CHECKING:
     from streams_app.app.app import App
     from streams_app.testing.driver import TopologyDriver
+    from streams_app.testing.secure import SecureKafka
 
 BACKENDS = ("memory", "kafka")
 
 _BROKER_KEY = pytest.StashKey["EmbeddedKafka | ExternalKafka"]()
 _CLUSTER_KEY = pytest.StashKey["EmbeddedKafka"]()
+_SECURE_KEY = pytest.StashKey["SecureKafka"]()
+_POSTGRES_START_KEY = pytest.StashKey[float]()
 
 
 class ExternalKafka:
@@ -79,6 +87,18 @@ def _kafka_cluster_session(request: pytest.FixtureRequest) -> Iterator[EmbeddedK
         kafka.stop()
 
 
+@pytest.fixture(scope="session")
+def secure_kafka(request: pytest.FixtureRequest) -> Iterator[SecureKafka]:
+    from streams_app.testing.secure import SecureKafka
+
+    kafka = SecureKafka().start()
+    request.config.stash[_SECURE_KEY] = kafka
+    try:
+        yield kafka
+    finally:
+        kafka.stop()
+
+
 @pytest.fixture
 def kafka_cluster(_kafka_cluster_session: EmbeddedKafka) -> Iterator[EmbeddedKafka]:
     _kafka_cluster_session.ensure_all_running()
@@ -94,6 +114,37 @@ def bootstrap_servers(kafka_broker: EmbeddedKafka | ExternalKafka) -> str:
 @pytest.fixture
 def unique() -> str:
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="session")
+def postgres_server(request: pytest.FixtureRequest) -> Iterator[Any]:
+    import shutil
+    import tempfile
+    import time
+
+    from streams_app.postgres.server import PostgresServer
+
+    # Not below pytest's tmp_path: that is 0700 root's, and the server runs as 'postgres'.
+    root = Path(tempfile.mkdtemp(prefix="streams-app-pg-"))
+    started = time.monotonic()
+    server = PostgresServer(root, durable=False).start()
+    request.config.stash[_POSTGRES_START_KEY] = time.monotonic() - started
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: Any, unique: str) -> str:
+    """A fresh database for one test on the session's server."""
+    import psycopg
+
+    name = f"test_{unique}"
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return str(postgres_server.dsn).rsplit("/", 1)[0] + f"/{name}"
 
 
 # -- the topology test harness -------------------------------------------------------------
@@ -189,6 +240,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         cluster = item.config.stash.get(_CLUSTER_KEY, None)
         if cluster is not None:
             report.sections.append(("kafka cluster log", cluster.log_tails(30)))
+    elif "secure_kafka" in fixturenames:
+        secure = item.config.stash.get(_SECURE_KEY, None)
+        if secure is not None:
+            report.sections.append(("secure kafka log", secure.log_tails(40)))
     elif "kafka_broker" in fixturenames or "bootstrap_servers" in fixturenames:
         broker = item.config.stash.get(_BROKER_KEY, None)
         if broker is not None:
@@ -201,6 +256,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     started = (
         ("single broker", config.stash.get(_BROKER_KEY, None)),
         ("3-node cluster", config.stash.get(_CLUSTER_KEY, None)),
+        ("TLS/SASL/ACL broker", getattr(config.stash.get(_SECURE_KEY, None), "kafka", None)),
     )
     for label, kafka in started:
         if isinstance(kafka, EmbeddedKafka) and kafka.ready_seconds is not None:
@@ -208,6 +264,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                 f"{label}: format {kafka.format_seconds:.1f}s + start-to-ready "
                 f"{kafka.ready_seconds:.1f}s"
             )
+    postgres = config.stash.get(_POSTGRES_START_KEY, None)
+    if postgres is not None:
+        lines.append(f"PostgreSQL initdb + start: {postgres:.1f}s")
     if lines:
         terminalreporter.section("embedded kafka timings")
         for line in lines:

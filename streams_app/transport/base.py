@@ -32,6 +32,17 @@ class RecordLike(Protocol):
     headers: Sequence[tuple[str, bytes]]
 
 
+class CommittedOffset(NamedTuple):
+    """A group's committed offset of one partition and the metadata string stored with it.
+
+    The runtime keeps each task's stream time there (``runtime.stream_time``), as Kafka Streams
+    does: it commits in the same transaction as the offset, so it is exactly as durable.
+    """
+
+    offset: int
+    metadata: str = ""
+
+
 class RecordMetadataLike(Protocol):
     """Where a produced record landed."""
 
@@ -68,6 +79,19 @@ class TopicSpec:
 
 
 @dataclass(frozen=True)
+class BrokerLimits:
+    """The broker settings a worker's own settings must fit (read with DescribeConfigs).
+
+    A value is None when the broker did not report it."""
+
+    broker: str
+    transaction_max_timeout_ms: int | None = None
+    group_min_session_timeout_ms: int | None = None
+    group_max_session_timeout_ms: int | None = None
+    message_max_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class ConsumerConfig:
     """Consumer settings the runtime chooses per processing guarantee (see runtime.guarantees)."""
 
@@ -92,6 +116,8 @@ class ProducerConfig:
     acks: int | str = "all"
     enable_idempotence: bool = True
     transaction_timeout_ms: int = 10_000
+    #: Kafka's transaction protocol version: None = 2 where the cluster has it, else 1.
+    transaction_version: int | None = None
     request_timeout_ms: int = 30_000
     linger_ms: int = 5
     max_batch_size: int = 256 * 1024
@@ -147,8 +173,27 @@ class ConsumerClient(Protocol):
         """
         ...
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """A plain (non-transactional) offset commit, for at-least-once and at-most-once."""
+    async def committed_offsets_with_metadata(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, CommittedOffset | None]:
+        """:meth:`committed_offsets` with each offset's metadata string (same stability rules)."""
+        ...
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        metadata: Mapping[TopicPartition, str] | None = None,
+    ) -> None:
+        """A plain (non-transactional) offset commit, for at-least-once and at-most-once;
+        ``metadata`` (per partition, default empty) is stored with the offsets."""
+        ...
+
+    def fetched_lag(self, tp: TopicPartition) -> int | None:
+        """Records known to be on the broker past the consumer's position, as of the last fetch
+        response for ``tp`` (its last stable offset under read_committed, else its high
+        watermark); None while no fetch has answered for it. Kafka Streams' task idling
+        (KIP-695) waits for a partition with lag instead of processing its siblings without it.
+        """
         ...
 
     def pause(self, partitions: Collection[TopicPartition]) -> None: ...
@@ -187,9 +232,13 @@ class ProducerClient(Protocol):
         ...
 
     async def send_offsets_to_transaction(
-        self, offsets: Mapping[TopicPartition, int], group: GroupMetadata
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group: GroupMetadata,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
-        """TxnOffsetCommit carrying ``group``'s generation and member id (KIP-447)."""
+        """TxnOffsetCommit carrying ``group``'s generation and member id (KIP-447), and per
+        partition the ``metadata`` string (default empty) committed with the offset."""
         ...
 
     async def commit_transaction(self) -> None: ...
@@ -279,6 +328,14 @@ class AdminClient(Protocol):
 
     async def check_exactly_once_support(self) -> None:
         """Raise BrokerTooOld unless the broker has TxnOffsetCommit v3 and OffsetFetch v7."""
+        ...
+
+    async def broker_limits(self) -> list[BrokerLimits] | None:
+        """Each broker's limits; None when the principal may not describe broker configs."""
+        ...
+
+    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
+        """``max.message.bytes`` of each existing topic the principal may describe."""
         ...
 
 

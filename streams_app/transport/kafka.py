@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.structs import OffsetAndMetadata
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
-from streams_app.errors import BrokerUnavailable, ConfigError, StreamsAppError
+from streams_app.errors import AuthorizationError, BrokerUnavailable, ConfigError, StreamsAppError
 from streams_app.kafka import (
     InvalidGroupMetadataError,
     KafkaAdmin,
@@ -43,9 +44,14 @@ from streams_app.kafka import (
     StableConsumer,
     TransactionalProducer,
     TransactionSendFailedError,
+    is_aborted_by_coordinator,
     is_fencing_error,
 )
+from streams_app.kafka import logs as kafka_logs
+from streams_app.kafka.admin import unavailable
 from streams_app.transport.base import (
+    BrokerLimits,
+    CommittedOffset,
     ConsumerConfig,
     GroupMetadata,
     ProducerConfig,
@@ -97,6 +103,58 @@ def _ours(tp: tuple[str, int]) -> TopicPartition:
     return TopicPartition(tp[0], tp[1])
 
 
+_QUOTED = re.compile(r"'([^']+)'")
+
+
+def authorization_error(
+    exc: BaseException,
+    principal: str,
+    *,
+    topic_operation: str,
+    topic: str | None = None,
+    group: str | None = None,
+    transactional_id: str | None = None,
+) -> AuthorizationError | None:
+    """The missing ACL behind ``exc`` (or anything in its cause chain), or None.
+
+    Authorization failures are fatal, as in Kafka Streams: retrying cannot help until an
+    operator adds the ACL, and aborting and retrying forever would look like a stalled worker.
+    ``topic_operation`` is what the caller was doing with topics (READ when fetching, WRITE
+    when producing, CREATE when creating them).
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, TransactionSendFailedError):
+            for failure in current.failures:
+                found = authorization_error(
+                    failure, principal, topic_operation=topic_operation, topic=topic
+                )
+                if found is not None:
+                    return found
+        text = str(current)
+        if isinstance(current, aerrors.TransactionalIdAuthorizationFailed):
+            name = transactional_id or _first_name(text) or "?"
+            return AuthorizationError("WRITE", "transactional id", name, principal)
+        if isinstance(current, aerrors.GroupAuthorizationFailedError):
+            name = group or _first_name(text) or text.rsplit(":", 1)[-1].strip() or "?"
+            return AuthorizationError("READ", "group", name, principal)
+        if isinstance(current, aerrors.TopicAuthorizationFailedError):
+            name = _first_name(text) or topic or text.rsplit(":", 1)[-1].strip() or "?"
+            return AuthorizationError(topic_operation, "topic", name, principal)
+        if isinstance(current, aerrors.ClusterAuthorizationFailedError):
+            operation = "CREATE" if topic_operation == "CREATE" else "CLUSTER_ACTION"
+            return AuthorizationError(operation, "cluster", "kafka-cluster", principal)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _first_name(text: str) -> str | None:
+    found = _QUOTED.search(text)
+    return found.group(1) if found else None
+
+
 class KafkaTransport:
     """Makes the Kafka clients of one worker.
 
@@ -106,7 +164,11 @@ class KafkaTransport:
     """
 
     def __init__(
-        self, bootstrap_servers: str, *, security: Mapping[str, Any] | None = None
+        self,
+        bootstrap_servers: str,
+        *,
+        security: Mapping[str, Any] | None = None,
+        principal: str | None = None,
     ) -> None:
         security = dict(security or {})
         unknown = sorted(set(security) - SECURITY_KEYS)
@@ -120,6 +182,11 @@ class KafkaTransport:
             raise ConfigError("broker", "no bootstrap servers given", "set broker=host:port")
         self._bootstrap = bootstrap_servers
         self._security = security
+        user = security.get("sasl_plain_username")
+        #: Who the broker thinks we are, for errors naming a missing ACL.
+        self.principal = principal or (f"User:{user}" if user else "User:ANONYMOUS")
+        kafka_logs.install()
+        kafka_logs.register_client(bootstrap_servers, security)
 
     def __repr__(self) -> str:
         return f"KafkaTransport({self._bootstrap!r}, security keys={sorted(self._security)})"
@@ -129,13 +196,13 @@ class KafkaTransport:
         return self._bootstrap
 
     def consumer(self, config: ConsumerConfig) -> KafkaConsumerClient:
-        return KafkaConsumerClient(self._bootstrap, config, self._security)
+        return KafkaConsumerClient(self._bootstrap, config, self._security, self.principal)
 
     def producer(self, config: ProducerConfig) -> KafkaProducerClient:
-        return KafkaProducerClient(self._bootstrap, config, self._security)
+        return KafkaProducerClient(self._bootstrap, config, self._security, self.principal)
 
     def admin(self) -> KafkaAdminClient:
-        return KafkaAdminClient(self._bootstrap, self._security)
+        return KafkaAdminClient(self._bootstrap, self._security, self.principal)
 
 
 # -- consumer ------------------------------------------------------------------------------
@@ -179,10 +246,17 @@ class KafkaConsumerClient:
     gets the member dropped from the group).
     """
 
-    def __init__(self, bootstrap: str, config: ConsumerConfig, security: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        config: ConsumerConfig,
+        security: Mapping[str, Any],
+        principal: str = "User:ANONYMOUS",
+    ) -> None:
         self._bootstrap = bootstrap
         self._config = config
         self._security = security
+        self._principal = principal
         self._consumer: StableConsumer | None = None
         self._pending: tuple[str, Any] | None = None
         self._listener_error: Exception | None = None
@@ -218,10 +292,10 @@ class KafkaConsumerClient:
             await consumer.start()
         except aerrors.KafkaConnectionError as exc:
             await consumer.stop()
-            raise BrokerUnavailable(self._bootstrap) from exc
+            raise await unavailable(self._bootstrap, self._security) from exc
         except aerrors.KafkaError as exc:
             await consumer.stop()
-            raise TransportError(f"consumer start failed: {exc!r}") from exc
+            raise self._denied(exc) or TransportError(f"consumer start failed: {exc!r}") from exc
         self._consumer = consumer
         if self._pending is not None:
             kind, arg = self._pending
@@ -278,8 +352,13 @@ class KafkaConsumerClient:
         try:
             batch = await self._c.getmany(timeout_ms=timeout_ms, max_records=max_records)
         except aerrors.KafkaError as exc:
-            raise TransportError(f"fetch failed: {exc!r}") from exc
+            raise self._denied(exc) or TransportError(f"fetch failed: {exc!r}") from exc
         return {_ours(tp): records for tp, records in batch.items()}
+
+    def _denied(self, exc: BaseException) -> AuthorizationError | None:
+        return authorization_error(
+            exc, self._principal, topic_operation="READ", group=self._config.group_id
+        )
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self._c.seek(_aio(tp), offset)
@@ -296,14 +375,48 @@ class KafkaConsumerClient:
         try:
             found = await self._c.committed_offsets(partitions, timeout=COMMITTED_OFFSETS_TIMEOUT_S)
         except (aerrors.KafkaError, aerrors.IllegalOperation) as exc:
-            raise TransportError(f"reading committed offsets failed: {exc}") from exc
+            denied = self._denied(exc)
+            raise denied or TransportError(f"reading committed offsets failed: {exc}") from exc
         return {_ours(tp): offset for tp, offset in found.items()}
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    async def committed_offsets_with_metadata(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, CommittedOffset | None]:
+        try:
+            found = await self._c.committed_offsets_and_metadata(
+                partitions, timeout=COMMITTED_OFFSETS_TIMEOUT_S
+            )
+        except (aerrors.KafkaError, aerrors.IllegalOperation) as exc:
+            raise TransportError(f"reading committed offsets failed: {exc}") from exc
+        return {
+            _ours(tp): None if om is None else CommittedOffset(om.offset, om.metadata or "")
+            for tp, om in found.items()
+        }
+
+    def fetched_lag(self, tp: TopicPartition) -> int | None:
+        try:
+            state = self._c._subscription.subscription.assignment.state_value(_aio(tp))
+        except (AttributeError, KeyError):
+            return None
+        if state is None or not state.has_valid_position:
+            return None
+        end = state.lso if self._config.isolation_level == "read_committed" else state.highwater
+        if end is None or end < 0:
+            return None
+        return max(0, int(end) - int(state.position))
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        metadata: Mapping[TopicPartition, str] | None = None,
+    ) -> None:
         if not offsets:
             return
+        meta = metadata or {}
         try:
-            await self._c.commit({_aio(tp): OffsetAndMetadata(o, "") for tp, o in offsets.items()})
+            await self._c.commit(
+                {_aio(tp): OffsetAndMetadata(o, meta.get(tp, "")) for tp, o in offsets.items()}
+            )
         except (aerrors.CommitFailedError, aerrors.IllegalStateError) as exc:
             raise CommitFailedError(f"offset commit rejected: {exc}") from exc
         except (aerrors.KafkaError, aerrors.IllegalOperation) as exc:
@@ -343,7 +456,14 @@ class KafkaProducerClient:
 
     _PRUNE_AT = 10_000
 
-    def __init__(self, bootstrap: str, config: ProducerConfig, security: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        config: ProducerConfig,
+        security: Mapping[str, Any],
+        principal: str = "User:ANONYMOUS",
+    ) -> None:
+        self._principal = principal
         if config.transactional_id is not None and config.acks not in ("all", -1):
             raise ConfigError(
                 "acks", f"{config.acks!r} with a transactional producer", "use acks='all'"
@@ -386,6 +506,7 @@ class KafkaProducerClient:
         if config.transactional_id is not None:
             kwargs["transactional_id"] = config.transactional_id
             kwargs["transaction_timeout_ms"] = config.transaction_timeout_ms
+            kwargs["transaction_version"] = config.transaction_version
         try:
             producer = TransactionalProducer(**kwargs, **self._security)
         except (ValueError, RuntimeError) as exc:
@@ -395,7 +516,7 @@ class KafkaProducerClient:
                 await producer.start()
         except aerrors.KafkaConnectionError as exc:
             await producer.stop()
-            raise BrokerUnavailable(self._bootstrap) from exc
+            raise await unavailable(self._bootstrap, self._security) from exc
         except TimeoutError as exc:
             await producer.stop()
             raise BrokerUnavailable(
@@ -404,6 +525,15 @@ class KafkaProducerClient:
                 f"{START_TIMEOUT_S:g} s; check transaction.state.log.replication.factor and "
                 "min.isr against the number of brokers",
             ) from exc
+        except aerrors.IncompatibleBrokerVersion as exc:
+            await producer.stop()
+            if config.transaction_version == 2:
+                raise ConfigError(
+                    "transaction_version",
+                    str(exc),
+                    "leave transaction_version unset (version 2 where the cluster has it)",
+                ) from exc
+            raise self._translate(exc) from exc
         except aerrors.KafkaError as exc:
             await producer.stop()
             raise self._translate(exc) from exc
@@ -419,12 +549,13 @@ class KafkaProducerClient:
         tid = self._config.transactional_id
         if isinstance(exc, StreamsAppError):
             return exc
+        denied = authorization_error(
+            exc, self._principal, topic_operation="WRITE", transactional_id=tid
+        )
+        if denied is not None:
+            return denied
         if is_fencing_error(exc):
-            return ProducerFencedError(
-                f"producer with transactional.id {tid!r} was fenced: a newer instance took the "
-                "id, or the broker aborted its transaction after transaction.timeout.ms "
-                f"({self._config.transaction_timeout_ms} ms)"
-            )
+            return self._fenced()
         if isinstance(exc, TransactionSendFailedError):
             for failure in exc.failures:
                 if is_fencing_error(failure):
@@ -444,6 +575,13 @@ class KafkaProducerClient:
                 return TransactionAbortableError(f"transaction failed: {exc!r}")
             return TransportError(f"producer error: {exc!r}")
         return exc
+
+    def _fenced(self) -> ProducerFencedError:
+        return ProducerFencedError(
+            f"producer with transactional.id {self._config.transactional_id!r} was fenced: a "
+            "newer instance took the id, or the broker aborted its transaction after "
+            f"transaction.timeout.ms ({self._config.transaction_timeout_ms} ms)"
+        )
 
     def _not_transactional(self, what: str) -> TransportError:
         return TransportError(f"{what} needs a transactional producer (no transactional_id set)")
@@ -486,7 +624,7 @@ class KafkaProducerClient:
 
     def _send_failed(self, topic: str, exc: aerrors.KafkaError) -> BaseException:
         mapped = self._translate(exc)
-        if not isinstance(mapped, ProducerFencedError | FatalProducerError):
+        if not isinstance(mapped, ProducerFencedError | FatalProducerError | AuthorizationError):
             mapped = SendFailedError(f"send to topic {topic!r} failed: {exc!r}")
         return mapped
 
@@ -552,13 +690,18 @@ class KafkaProducerClient:
             raise self._translate(TransactionSendFailedError(failures))
 
     async def send_offsets_to_transaction(
-        self, offsets: Mapping[TopicPartition, int], group: GroupMetadata
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group: GroupMetadata,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
         if not self.transactional:
             raise self._not_transactional("send_offsets_to_transaction")
+        meta = metadata or {}
         try:
             await self._p.send_offsets_to_transaction(
-                {_aio(tp): OffsetAndMetadata(o, "") for tp, o in offsets.items()}, group
+                {_aio(tp): OffsetAndMetadata(o, meta.get(tp, "")) for tp, o in offsets.items()},
+                group,
             )
         except Exception as exc:
             mapped = self._translate(exc)
@@ -572,6 +715,8 @@ class KafkaProducerClient:
         try:
             await self._p.commit_transaction()
         except Exception as exc:
+            if is_aborted_by_coordinator(exc):
+                raise self._fenced() from exc
             mapped = self._translate(exc)
             if mapped is exc:
                 raise
@@ -608,9 +753,12 @@ def _failure(fut: asyncio.Future[Any]) -> BaseException:
 class KafkaAdminClient:
     """``AdminClient`` on :class:`streams_app.kafka.KafkaAdmin`, with errors translated."""
 
-    def __init__(self, bootstrap: str, security: Mapping[str, Any]) -> None:
+    def __init__(
+        self, bootstrap: str, security: Mapping[str, Any], principal: str = "User:ANONYMOUS"
+    ) -> None:
         self._bootstrap = bootstrap
         self._security = security
+        self._principal = principal
         self._admin: KafkaAdmin | None = None
 
     @property
@@ -632,14 +780,16 @@ class KafkaAdminClient:
         try:
             return await self._a.partition_counts(topics)
         except aerrors.KafkaError as exc:
-            raise TransportError(f"describing topics failed: {exc!r}") from exc
+            denied = authorization_error(exc, self._principal, topic_operation="DESCRIBE")
+            raise denied or TransportError(f"describing topics failed: {exc!r}") from exc
 
     async def create_topics(self, specs: Collection[TopicSpec]) -> None:
         try:
             await self._a.create_topics(specs)
         except aerrors.KafkaError as exc:
             names = sorted(spec.name for spec in specs)
-            raise TransportError(f"creating topics {names} failed: {exc!r}") from exc
+            denied = authorization_error(exc, self._principal, topic_operation="CREATE")
+            raise denied or TransportError(f"creating topics {names} failed: {exc!r}") from exc
 
     async def end_offsets(
         self, partitions: Collection[TopicPartition]
@@ -656,6 +806,18 @@ class KafkaAdminClient:
             return await self._a.beginning_offsets(partitions)
         except aerrors.KafkaError as exc:
             raise TransportError(f"listing beginning offsets failed: {exc!r}") from exc
+
+    async def broker_limits(self) -> list[BrokerLimits] | None:
+        try:
+            return await self._a.broker_limits()
+        except aerrors.KafkaError as exc:
+            raise TransportError(f"reading the brokers' configs failed: {exc!r}") from exc
+
+    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
+        try:
+            return await self._a.topic_max_message_bytes(topics)
+        except aerrors.KafkaError as exc:
+            raise TransportError(f"reading topic configs failed: {exc!r}") from exc
 
     async def check_exactly_once_support(self) -> None:
         try:

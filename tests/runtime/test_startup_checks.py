@@ -80,3 +80,49 @@ def test_transaction_timeout_below_commit_interval_is_refused() -> None:
     with pytest.raises(ConfigError) as info:
         App("t", commit_interval=20, transaction_timeout=10)
     assert info.value.setting == "transaction_timeout"
+
+
+@pytest.mark.parametrize(
+    ("settings", "setting", "broker_value"),
+    [
+        # The embedded broker keeps Kafka's defaults for these three (test broker: the session
+        # minimum is lowered to 1 s, see streams_app.broker.cluster.default_settings).
+        (
+            {"transaction_timeout": 1000, "restore_timeout": 2000},
+            "transaction_timeout",
+            "transaction.max.timeout.ms (900000 ms)",
+        ),
+        (
+            {"session_timeout": 0.5, "heartbeat_interval": 0.1},
+            "session_timeout",
+            "1000 ms..1800000 ms",
+        ),
+        ({"session_timeout": 2000}, "session_timeout", "1000 ms..1800000 ms"),
+        ({"max_request_size": 2_000_000}, "max_request_size", "message.max.bytes (1048588)"),
+    ],
+)
+async def test_settings_beyond_the_brokers_limits_stop_the_worker_at_start(
+    bootstrap_servers: str,
+    unique: str,
+    tmp_path: Path,
+    settings: dict[str, object],
+    setting: str,
+    broker_value: str,
+) -> None:
+    app = simple_app(f"limits-{unique}", bootstrap_servers, **settings)
+    with pytest.raises(ConfigError) as info:
+        await app.worker(state_dir=tmp_path).run()
+    assert info.value.setting == setting
+    assert broker_value in str(info.value)
+    assert f"the broker at {bootstrap_servers}" in str(info.value)
+
+
+async def test_output_topic_with_a_smaller_message_limit_is_named(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    app = simple_app(f"topiclimit-{unique}", bootstrap_servers)
+    app.topic(f"small-{unique}", config={"max.message.bytes": "100000"})
+    with pytest.raises(ConfigError) as info:
+        await app.worker(state_dir=tmp_path).run()
+    assert info.value.setting == "max_request_size"
+    assert f"small-{unique}" in str(info.value) and "100000" in str(info.value)

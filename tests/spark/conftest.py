@@ -1,25 +1,20 @@
 """Fixtures of the Spark tests: one SparkSession per test session, a real PostgreSQL server.
 
 The SparkSession is local[2] on 127.0.0.1 with the Kafka connector from the per-user cache
-(fetched from Maven Central by the first run). PostgreSQL is the Debian package's server
-(installed by streams_app.spark.postgres_server when missing), started in a temporary
-directory on 127.0.0.1 and a free port; each test gets a database of its own.
+(fetched from Maven Central by the first run). PostgreSQL comes from streams_app's pytest plugin
+(``postgres_server`` / ``postgres_dsn``: the Debian package's server, started in a temporary
+directory on 127.0.0.1 and a free port; each test gets a database of its own).
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from streams_app.spark.postgres_server import PostgresServer
 from streams_app.spark.session import spark_session
 from tests.spark.support import TEST_CONF
 
@@ -35,29 +30,6 @@ def spark() -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    # Not below pytest's tmp_path: that is 0700 root's, and the server runs as 'postgres'.
-    root = Path(tempfile.mkdtemp(prefix="streams-app-pg-"))
-    started = time.monotonic()
-    server = PostgresServer(root, durable=False).start()
-    _TIMINGS["PostgreSQL initdb + start"] = time.monotonic() - started
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture
-def postgres_dsn(postgres_server: PostgresServer, unique: str) -> str:
-    """A fresh database for one test on the session's server."""
-    name = f"test_{unique}"
-    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return postgres_server.dsn.rsplit("/", 1)[0] + f"/{name}"
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -94,6 +94,8 @@ class Transaction:
     partitions: dict[TopicPartition, int] = field(default_factory=dict)
     #: group id -> offsets committed by this transaction (TxnOffsetCommit).
     offsets: dict[str, dict[TopicPartition, int]] = field(default_factory=dict)
+    #: group id -> the metadata strings committed with those offsets.
+    offset_metadata: dict[str, dict[TopicPartition, str]] = field(default_factory=dict)
     timer: TimerHandle | None = None
 
 
@@ -212,6 +214,8 @@ class Group:
     state: Literal["Empty", "PreparingRebalance", "Stable"] = "Empty"
     members: dict[str, Member] = field(default_factory=dict)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    #: The metadata string committed with each offset ("" when none was given).
+    offset_metadata: dict[TopicPartition, str] = field(default_factory=dict)
     #: Partitions whose offsets sit in an open transaction (require_stable waits for them).
     pending: dict[TopicPartition, Transaction] = field(default_factory=dict)
     rebalance_deadline: TimerHandle | None = None
@@ -425,7 +429,11 @@ class MemoryKafka:
         state.epoch += 1
 
     def add_offsets(
-        self, state: ProducerState, offsets: dict[TopicPartition, int], group: GroupMetadata
+        self,
+        state: ProducerState,
+        offsets: dict[TopicPartition, int],
+        group: GroupMetadata,
+        metadata: dict[TopicPartition, str] | None = None,
     ) -> None:
         """TxnOffsetCommit with KIP-447's membership check."""
         if group.generation_id < 0 or not group.member_id:
@@ -437,6 +445,10 @@ class MemoryKafka:
         self.check_membership(g, group.member_id, group.generation_id)
         txn = self.current_transaction(state)
         txn.offsets.setdefault(g.group_id, {}).update(offsets)
+        meta = metadata or {}
+        txn.offset_metadata.setdefault(g.group_id, {}).update(
+            {tp: meta.get(tp, "") for tp in offsets}
+        )
         for tp in offsets:
             g.pending[tp] = txn
 
@@ -472,6 +484,7 @@ class MemoryKafka:
                     del group.pending[tp]
                 if commit:
                     group.offsets[tp] = offset
+                    group.offset_metadata[tp] = txn.offset_metadata.get(group_id, {}).get(tp, "")
         state = self.producers.get(txn.transactional_id)
         if state is not None and state.current is txn:
             state.current = None

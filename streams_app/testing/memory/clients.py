@@ -23,6 +23,8 @@ from streams_app.testing.memory.broker import (
     to_record,
 )
 from streams_app.transport.base import (
+    BrokerLimits,
+    CommittedOffset,
     ConsumerConfig,
     GroupMetadata,
     ProducerConfig,
@@ -357,7 +359,35 @@ class MemoryConsumer(_Client):
                 return {tp: group.offsets.get(tp) for tp in tps}
             await self._wait_stable("committed_offsets")
 
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    async def committed_offsets_with_metadata(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, CommittedOffset | None]:
+        found = await self.committed_offsets(partitions)
+        group = self.group
+        assert group is not None
+        return {
+            tp: None
+            if offset is None
+            else CommittedOffset(offset, group.offset_metadata.get(tp, ""))
+            for tp, offset in found.items()
+        }
+
+    def fetched_lag(self, tp: TopicPartition) -> int | None:
+        """The model answers every fetch at once: 1 if a record is readable past the position
+        (the runtime only asks whether there is any), else 0."""
+        key = _tp(tp)
+        if key not in self._assignment or not self.broker.has_partition(key):
+            return None
+        position = self.positions.get(key)
+        if position is None:
+            return None
+        return 1 if self.broker.log(key).has_deliverable(position, self.read_committed) else 0
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        metadata: Mapping[TopicPartition, str] | None = None,
+    ) -> None:
         """A plain OffsetCommit, checked against the member's generation."""
         if not offsets:
             return
@@ -377,8 +407,10 @@ class MemoryConsumer(_Client):
                 f"offset commit rejected: group {group.group_id!r} has members and this "
                 "consumer is not one of them"
             )
+        meta = metadata or {}
         for tp, offset in offsets.items():
             group.offsets[_tp(tp)] = offset
+            group.offset_metadata[_tp(tp)] = meta.get(tp, "")
         self.broker.changed()
 
     def pause(self, partitions: Collection[TopicPartition]) -> None:
@@ -642,7 +674,10 @@ class MemoryProducer(_Client):
             self._futures = []
 
     async def send_offsets_to_transaction(
-        self, offsets: Mapping[TopicPartition, int], group: GroupMetadata
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group: GroupMetadata,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
         await self._enter()
         tid = self._require_transactional("send_offsets_to_transaction")
@@ -654,7 +689,13 @@ class MemoryProducer(_Client):
             state = self.broker.check_epoch(tid, self.producer_id, self.epoch)
         except ProducerFencedError as exc:
             raise self._fence(exc) from None
-        self.broker.add_offsets(state, {_tp(tp): o for tp, o in offsets.items()}, group)
+        meta = metadata or {}
+        self.broker.add_offsets(
+            state,
+            {_tp(tp): o for tp, o in offsets.items()},
+            group,
+            {_tp(tp): meta.get(tp, "") for tp in offsets},
+        )
 
     async def commit_transaction(self) -> None:
         await self._enter()
@@ -723,6 +764,14 @@ class MemoryAdmin(_Client):
         for tp in partitions:
             self.broker.log(_tp(tp))  # raises for unknown partitions
         return {_tp(tp): 0 for tp in partitions}
+
+    async def broker_limits(self) -> list[BrokerLimits] | None:
+        await self._enter()
+        return None  # the model has no broker configs to check against
+
+    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
+        await self._enter()
+        return {}
 
     async def check_exactly_once_support(self) -> None:
         await self._enter()

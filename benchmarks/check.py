@@ -1,0 +1,268 @@
+"""Every benchmark run's output is checked, so that a fast wrong answer cannot win.
+
+After a run has stopped, its output (the records it appended to its output topic since the run
+began) is read ``read_committed`` and compared with the input:
+
+- **count** systems (streams_app, Kafka Streams, quixstreams, faust): the values for each key, in
+  partition order, must be 1, 2, 3, ... (a repeat is a duplicate, a jump is a gap), and each key's
+  last value must be the number of input records with that key (nothing lost);
+- **windowed** (the count in one-minute tumbling windows): the same, except that a key's count
+  starts again at 1 when its next window opens; the per-window final counts must add up to the
+  number of input records with that key;
+- **echo** (the bare aiokafka loop, which forwards records unchanged to the same partition): each
+  output partition must hold exactly its input partition's records, in order.
+
+For a system that claims exactly-once the output must also have been written transactionally:
+the offsets of the run's range that ``read_committed`` does not return are transaction markers
+(plus the records of aborted transactions, which the checks above already rule out as visible).
+A transactional writer leaves at least one marker in every partition it wrote to; a plain
+producer leaves none. Their count is reported as ``txn_markers``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Problems reported per run (the first few of each kind; counts are always complete).
+MAX_EXAMPLES = 5
+
+
+@dataclass
+class InputSummary:
+    """What the outputs are checked against: per-key counts and per-partition digests."""
+
+    records: int
+    key_counts: Counter[bytes]
+    partition_digests: dict[int, str]
+    partition_counts: dict[int, int]
+
+
+@dataclass
+class Verdict:
+    correct: bool
+    records: int
+    txn_markers: int
+    problems: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "correct": self.correct,
+            "output_records": self.records,
+            "txn_markers": self.txn_markers,
+            "problems": self.problems,
+        }
+
+
+def _digest_update(
+    digests: dict[int, Any], partition: int, key: bytes | None, value: bytes
+) -> None:
+    h = digests.get(partition)
+    if h is None:
+        h = digests[partition] = hashlib.blake2b(digest_size=16)
+    h.update(len(key or b"").to_bytes(4, "big"))
+    h.update(key or b"")
+    h.update(len(value).to_bytes(4, "big"))
+    h.update(value)
+
+
+async def _read(
+    bootstrap: str,
+    topic: str,
+    start: Mapping[int, int],
+    end: Mapping[int, int],
+    isolation: str,
+    timeout: float,
+) -> dict[int, list[Any]]:
+    """Every record of ``topic`` from ``start`` up to ``end`` (exclusive), per partition."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level=isolation,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+        fetch_max_bytes=16 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        wanted = {p: e for p, e in end.items() if e > start.get(p, 0)}
+        tps = [TopicPartition(topic, p) for p in sorted(wanted)]
+        out: dict[int, list[Any]] = {p: [] for p in end}
+        if not tps:
+            return out
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, start.get(tp.partition, 0))
+        deadline = time.monotonic() + timeout
+        pending = set(tps)
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{topic}: could not read up to the end offsets within {timeout:.0f}s "
+                    f"(a transaction left open?): {sorted(tp.partition for tp in pending)}"
+                )
+            batch = await consumer.getmany(*pending, timeout_ms=500, max_records=50_000)
+            for tp, records in batch.items():
+                out[tp.partition].extend(records)
+            for tp in list(pending):
+                if await consumer.position(tp) >= wanted[tp.partition]:
+                    pending.discard(tp)
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """High watermarks (read_uncommitted end offsets) of every partition of ``topic``."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic)
+        if not parts:
+            await consumer._client.force_metadata_update()
+            parts = consumer.partitions_for_topic(topic) or set()
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in sorted(parts)])
+        return {tp.partition: offset for tp, offset in ends.items()}
+    finally:
+        await consumer.stop()
+
+
+async def summarise_input(bootstrap: str, topic: str) -> InputSummary:
+    ends = await end_offsets(bootstrap, topic)
+    records = await _read(bootstrap, topic, {}, ends, "read_uncommitted", timeout=300)
+    counts: Counter[bytes] = Counter()
+    digests: dict[int, Any] = {}
+    for partition, recs in records.items():
+        for r in recs:
+            counts[r.key] += 1
+            _digest_update(digests, partition, r.key, r.value)
+    return InputSummary(
+        records=sum(len(r) for r in records.values()),
+        key_counts=counts,
+        partition_digests={p: h.hexdigest() for p, h in digests.items()},
+        partition_counts={p: len(r) for p, r in records.items()},
+    )
+
+
+async def check_output(
+    bootstrap: str,
+    topic: str,
+    start: Mapping[int, int],
+    expected: InputSummary,
+    *,
+    kind: str,
+    transactional: bool,
+    complete: bool = True,
+    timeout: float = 120.0,
+) -> Verdict:
+    """Check one run's output (see the module doc). ``complete=False`` (a run stopped at its
+    time limit) checks the per-key sequences but not that every input was counted."""
+    end = await end_offsets(bootstrap, topic)
+    try:
+        records = await _read(bootstrap, topic, start, end, "read_committed", timeout)
+    except TimeoutError as exc:
+        return Verdict(False, 0, 0, [str(exc)])
+    total = sum(len(r) for r in records.values())
+    span = sum(max(0, e - start.get(p, 0)) for p, e in end.items())
+    markers = span - total
+    problems: list[str] = []
+    if kind == "count":
+        problems += _check_counts(records, expected, complete)
+    elif kind == "windowed":
+        problems += _check_counts(records, expected, complete, windowed=True)
+    elif kind == "echo":
+        problems += _check_echo(records, expected)
+    else:
+        raise ValueError(f"unknown output kind {kind!r}")
+    if transactional:
+        written = [p for p, recs in records.items() if recs]
+        unmarked = [p for p in written if end[p] - start.get(p, 0) <= len(records[p])]
+        if unmarked:
+            problems.append(
+                f"claims exactly-once, but partitions {unmarked} of {topic} hold no "
+                "transaction marker (written without a transaction)"
+            )
+    elif markers:
+        problems.append(f"{markers} offsets of {topic} are not readable (markers or aborted)")
+    return Verdict(not problems, total, markers, problems)
+
+
+def _check_counts(
+    records: Mapping[int, list[Any]],
+    expected: InputSummary,
+    complete: bool,
+    *,
+    windowed: bool = False,
+) -> list[str]:
+    """``windowed``: a 1 after a count > 1 opens the key's next window (the input spans seconds,
+    windows a minute: a key sees at most a few), and ``last`` then holds the sum of the windows'
+    counts so far plus the current one's."""
+    last: dict[bytes, int] = {}
+    closed: dict[bytes, int] = {}
+    duplicates = gaps = bad = 0
+    examples: list[str] = []
+    for partition in sorted(records):
+        for r in records[partition]:
+            try:
+                value = int(r.value)
+            except (TypeError, ValueError):
+                bad += 1
+                if len(examples) < MAX_EXAMPLES:
+                    examples.append(f"unreadable value at {partition}@{r.offset}")
+                continue
+            previous = last.get(r.key, 0) - closed.get(r.key, 0)
+            if windowed and value == 1 and previous > 1:
+                closed[r.key] = last[r.key]
+                previous = 0
+            if value != previous + 1:
+                if value <= previous:
+                    duplicates += 1
+                else:
+                    gaps += 1
+                if len(examples) < MAX_EXAMPLES:
+                    examples.append(
+                        f"key {r.key!r} at {partition}@{r.offset}: {value} after {previous}"
+                    )
+            last[r.key] = closed.get(r.key, 0) + max(previous, value)
+    problems = []
+    if duplicates:
+        problems.append(f"{duplicates} duplicate counts")
+    if gaps:
+        problems.append(f"{gaps} gaps in counts")
+    if bad:
+        problems.append(f"{bad} unreadable values")
+    unknown = [k for k in last if k not in expected.key_counts]
+    if unknown:
+        problems.append(f"{len(unknown)} keys not in the input, e.g. {unknown[0]!r}")
+    if complete:
+        short = [k for k, n in expected.key_counts.items() if last.get(k, 0) != n]
+        if short:
+            k = short[0]
+            problems.append(
+                f"{len(short)} keys with a final count other than their input count, e.g. "
+                f"{k!r}: {last.get(k, 0)} instead of {expected.key_counts[k]}"
+            )
+    return problems + examples if problems else []
+
+
+def _check_echo(records: Mapping[int, list[Any]], expected: InputSummary) -> list[str]:
+    digests: dict[int, Any] = {}
+    for partition, recs in records.items():
+        for r in recs:
+            _digest_update(digests, partition, r.key, r.value)
+    problems = []
+    for partition, want in expected.partition_digests.items():
+        got = digests.get(partition)
+        if got is None or got.hexdigest() != want:
+            problems.append(
+                f"partition {partition}: {len(records.get(partition, []))} records that are not "
+                f"the input's {expected.partition_counts[partition]}, in order"
+            )
+    return problems

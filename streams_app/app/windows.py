@@ -1,0 +1,470 @@
+"""Window definitions: tumbling, hopping, sliding and session windows, as Kafka Streams has them.
+
+Units. Sizes, steps, gaps, grace periods and retention are *durations*: seconds (int or float) or
+``timedelta`` in the API, like Faust. Inside, every time is an integer number of milliseconds,
+like Kafka's record timestamps, so window arithmetic is exact.
+
+What each kind of window is (all as Kafka Streams defines them):
+
+- **Tumbling / hopping** (``TimeWindows``): ``[start, end)`` with ``end = start + size``, starts
+  aligned to the epoch in multiples of the step (``step == size``: tumbling). A record at ``t``
+  belongs to every window with ``start <= t < end`` and ``start >= 0``.
+- **Sliding** (``SlidingWindows``, KIP-450): ``[start, end]``, both inclusive, ``end - start ==
+  size``. Windows exist only where records make them: each record's *left* window ``[t - size,
+  t]``, and the *right* window ``[t + 1, t + 1 + size]`` of a record once a later record falls in
+  it. So every distinct, non-empty set of records no more than ``size`` apart has one window.
+- **Session** (``SessionWindows``): ``[first, last]`` record timestamps of a key, inclusive; a
+  record within ``gap`` of a session joins it, and a record that bridges two sessions merges them.
+
+Each table partition has an *observed stream time* (the largest timestamp that updated it, as the
+processor-level ``observedStreamTime`` of Kafka Streams' windowed aggregations). A window is
+**closed** once that time reaches its end plus ``grace`` (for sessions: plus the gap as well):
+updates to it are then late, and its final value is emitted. It is **expired**, deleted from the
+store and tombstoned in the changelog, once it falls out of ``retention`` (by default the
+smallest Kafka Streams allows: ``size + grace``, ``2 * size + grace`` for sliding windows, ``gap +
+grace`` for sessions).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
+
+from streams_app.state.windowed import SlidingValue, WindowKey
+
+if TYPE_CHECKING:
+    from streams_app.state.windowed import WindowedTransaction
+
+Duration: TypeAlias = "int | float | timedelta"
+
+#: ``op(old_aggregate, value) -> new_aggregate`` (``operator.add`` for ``+=``).
+Op: TypeAlias = Callable[[Any, Any], Any]
+_MISSING: Any = object()
+
+
+def duration_ms(value: Duration, what: str) -> int:
+    """Seconds or a timedelta, as whole milliseconds (rounded)."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise TypeError(f"{what} must be seconds (int or float) or a timedelta, got {value!r}")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    return round(seconds * 1000)
+
+
+def instant_ms(value: Any, what: str = "timestamp") -> int:
+    """A point in time as epoch milliseconds: a ``datetime`` or seconds since the epoch."""
+    if isinstance(value, datetime):
+        return round(value.timestamp() * 1000)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return round(value * 1000)
+    raise TypeError(f"{what} must be a datetime or seconds since the epoch, got {value!r}")
+
+
+class WindowRange(NamedTuple):
+    """A window's bounds in seconds since the epoch (Faust's ``(start, end)``).
+
+    ``end`` is exclusive for tumbling and hopping windows and inclusive for sliding and session
+    windows, as in Kafka Streams (Faust's own ranges end 0.1 s before the next window starts).
+    """
+
+    start: float
+    end: float
+
+    @classmethod
+    def of(cls, window: WindowKey) -> WindowRange:
+        return cls(window.start / 1000, window.end / 1000)
+
+    @property
+    def start_ms(self) -> int:
+        return round(self.start * 1000)
+
+    @property
+    def end_ms(self) -> int:
+        return round(self.end * 1000)
+
+
+class WindowState(Protocol):
+    """What an update works on: a task's windows of a table partition (``WindowedTableState``)."""
+
+    view: WindowedTransaction
+    #: The partition's observed stream time, this record's timestamp included.
+    observed: int
+    #: Updates skipped because their window had closed (Kafka Streams counts them as dropped).
+    skipped_windows: int
+
+    def initial(self) -> Any:
+        """A new aggregate (the table's default)."""
+
+    def track(self, window: WindowKey) -> None:
+        """A window was written: queue it to close and expire (if it is not already)."""
+
+
+class Windows(ABC):
+    """A kind of window: which windows a record updates, and when a window closes and expires."""
+
+    kind: str
+    grace_ms: int
+    retention_ms: int
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @abstractmethod
+    def close_at(self, window: WindowKey) -> int:
+        """The observed stream time at which ``window`` is closed (final, updates late)."""
+
+    @abstractmethod
+    def expire_at(self, window: WindowKey) -> int:
+        """The observed stream time at which ``window`` leaves the store."""
+
+    # -- updates --------------------------------------------------------------------------
+
+    @abstractmethod
+    def update(self, state: WindowState, key: Any, timestamp: int, op: Op, value: Any) -> bool:
+        """Apply ``op(aggregate, value)`` for a record of ``key`` at ``timestamp``.
+
+        Every window written is reported to ``state.track``; windows skipped because they had
+        closed are counted in ``state.skipped_windows``. Returns False when the record was late
+        for every window it belongs to (it changed nothing).
+        """
+
+    # -- reads ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def current(self, view: WindowedTransaction, key: Any, timestamp: int) -> WindowKey | None:
+        """The window ``.current()`` reads for ``timestamp`` (Faust: the latest one holding it)."""
+
+    def earliest(self, view: WindowedTransaction, key: Any, timestamp: int) -> WindowKey | None:
+        """The window ``.now()`` reads (Faust: the earliest one holding the time)."""
+        return self.current(view, key, timestamp)
+
+    def aggregate(self, stored: Any) -> Any:
+        """The user's value out of what the store holds."""
+        return stored
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({fields})"
+
+
+def _check(size_ms: int, grace_ms: int, what: str) -> None:
+    if size_ms <= 0:
+        raise ValueError(f"{what} must be positive")
+    if grace_ms < 0:
+        raise ValueError("grace must not be negative")
+
+
+def _retention(given: Duration | None, minimum: int, explain: str) -> int:
+    if given is None:
+        return minimum
+    retention = duration_ms(given, "expires")
+    if retention < minimum:
+        raise ValueError(
+            f"expires={retention / 1000:g}s is shorter than {explain} "
+            f"({minimum / 1000:g}s): windows would be deleted before they close"
+        )
+    return retention
+
+
+class TimeWindows(Windows):
+    """Tumbling (``step == size``) and hopping windows, ``[start, end)``, aligned to the epoch."""
+
+    kind = "time"
+
+    def __init__(
+        self,
+        size: Duration,
+        step: Duration | None = None,
+        *,
+        grace: Duration = 0,
+        expires: Duration | None = None,
+    ) -> None:
+        self.size_ms = duration_ms(size, "size")
+        self.step_ms = self.size_ms if step is None else duration_ms(step, "step")
+        self.grace_ms = duration_ms(grace, "grace")
+        _check(self.size_ms, self.grace_ms, "size")
+        if not 0 < self.step_ms <= self.size_ms:
+            raise ValueError("step must be positive and no larger than size")
+        self.retention_ms = _retention(
+            expires, self.size_ms + self.grace_ms, "size + grace (Kafka Streams' minimum)"
+        )
+
+    @property
+    def tumbling(self) -> bool:
+        return self.step_ms == self.size_ms
+
+    def starts_for(self, timestamp: int) -> Iterator[int]:
+        """Starts of the windows holding ``timestamp``, oldest first (never below 0)."""
+        size, step = self.size_ms, self.step_ms
+        start = (max(0, timestamp - size + step) // step) * step
+        while start <= timestamp:
+            yield start
+            start += step
+
+    def close_at(self, window: WindowKey) -> int:
+        return window[2] + self.grace_ms
+
+    def expire_at(self, window: WindowKey) -> int:
+        return window[1] + self.retention_ms + 1
+
+    def update(self, state: WindowState, key: Any, timestamp: int, op: Op, value: Any) -> bool:
+        # The hot path of windowed counts: plain tuples as transaction keys (equal to, and
+        # hashing like, WindowKey), no generator, the transaction written directly (time
+        # windows' views keep no per-key index).
+        tx = state.view.tx
+        size, step = self.size_ms, self.step_ms
+        close = state.observed - self.grace_ms
+        if size == step and timestamp >= 0:  # tumbling: one window
+            start = timestamp - timestamp % size
+            end = start + size
+            if end <= close:
+                state.skipped_windows += 1
+                return False
+            window = (key, start, end)
+            old = tx.get(window, _MISSING)
+            if old is _MISSING:
+                old = state.initial()
+                state.track(WindowKey(key, start, end))
+            tx.set(window, op(old, value))
+            return True
+        start = (max(0, timestamp - size + step) // step) * step
+        applied = False
+        while start <= timestamp:
+            end = start + size
+            if end <= close:
+                state.skipped_windows += 1
+            else:
+                window = (key, start, end)
+                old = tx.get(window, _MISSING)
+                if old is _MISSING:
+                    old = state.initial()
+                    state.track(WindowKey(key, start, end))
+                tx.set(window, op(old, value))
+                applied = True
+            start += step
+        return applied
+
+    def current(self, view: WindowedTransaction, key: Any, timestamp: int) -> WindowKey | None:
+        if timestamp < 0:
+            return None
+        start = (timestamp // self.step_ms) * self.step_ms
+        return (key, start, start + self.size_ms)  # type: ignore[return-value]  # WindowKey-equal
+
+    def earliest(self, view: WindowedTransaction, key: Any, timestamp: int) -> WindowKey | None:
+        start = next(self.starts_for(timestamp), None)
+        return None if start is None else WindowKey(key, start, start + self.size_ms)
+
+    def bounds_for(self, key: Any, timestamp: int) -> list[WindowKey]:
+        return [WindowKey(key, s, s + self.size_ms) for s in self.starts_for(timestamp)]
+
+
+class SlidingWindows(Windows):
+    """Kafka Streams' sliding windows (KIP-450): ``[t - size, t]`` per record, both ends inclusive.
+
+    The update follows Kafka Streams' algorithm (``KStreamSlidingWindowAggregate``): a record
+    updates every existing window that holds it, creates its own left window from the aggregate
+    of the window just before it, creates its right window as a copy of the next window's
+    aggregate when a later record exists, and creates the right window of the record before it
+    when that window now holds something. Stored values are :class:`SlidingValue` (the aggregate
+    and the largest timestamp in the window), which that algorithm needs.
+    """
+
+    kind = "sliding"
+
+    def __init__(
+        self, size: Duration, *, grace: Duration = 0, expires: Duration | None = None
+    ) -> None:
+        self.size_ms = duration_ms(size, "size")
+        self.grace_ms = duration_ms(grace, "grace")
+        _check(self.size_ms, self.grace_ms, "size")
+        self.retention_ms = _retention(
+            expires, 2 * self.size_ms + self.grace_ms, "2 * size + grace (Kafka Streams' minimum)"
+        )
+
+    def close_at(self, window: WindowKey) -> int:
+        return window[2] + self.grace_ms + 1
+
+    def expire_at(self, window: WindowKey) -> int:
+        return window[1] + self.retention_ms + 1
+
+    def aggregate(self, stored: Any) -> Any:
+        return stored.value
+
+    def update(self, state: WindowState, key: Any, timestamp: int, op: Op, value: Any) -> bool:
+        view, initial, created = state.view, state.initial, state.track
+        t, d = timestamp, self.size_ms
+        close = state.observed - self.grace_ms
+        if t + d < close:
+            return False  # every window holding it has closed
+
+        def put(window: WindowKey, stored: SlidingValue | None, base: SlidingValue) -> None:
+            """Add the record to ``window`` (whose current content is ``base``), if open."""
+            if window.end < close:
+                state.skipped_windows += 1
+                return
+            created(window)
+            view.put(window, SlidingValue(op(base.value, value), max(t, base.max_timestamp)))
+
+        windows = view.windows(key, max(0, t - 2 * d), t + 1)
+        if t < d:
+            self._early(view, key, t, windows, put, initial, created)
+            return True
+        starts = {w.start for w, _ in windows}
+        left_agg: SlidingValue | None = None
+        right_agg: SlidingValue | None = None
+        left_exists = right_exists = False
+        previous: int | None = None
+        # Newest first: windows holding t, the left window ending at t, then the one before it.
+        for window, stored in reversed(windows):
+            end = window.start + d
+            if window.start == t + 1:
+                right_exists = True
+            elif end > t:
+                if right_agg is None:
+                    right_agg = stored
+                put(window, stored, stored)
+            elif end == t:
+                left_exists = True
+                put(window, stored, stored)
+                if stored.max_timestamp < t:
+                    previous = stored.max_timestamp
+                else:
+                    return True  # a record at t came before: its windows are all there
+            else:
+                left_agg = stored
+                previous = stored.max_timestamp
+                break
+        if previous is not None:
+            start = previous + 1
+            if start not in starts and start + d >= t:
+                put(WindowKey(key, start, start + d), None, SlidingValue(initial(), t))
+        if not left_exists:
+            if previous is not None and t - d <= previous and left_agg is not None:
+                base = SlidingValue(left_agg.value, t)
+            else:
+                base = SlidingValue(initial(), t)
+            put(WindowKey(key, t - d, t), None, base)
+        if not right_exists and right_agg is not None and right_agg.max_timestamp > t:
+            window = WindowKey(key, t + 1, t + 1 + d)
+            created(window)
+            view.put(window, right_agg)
+        return True
+
+    def _early(
+        self,
+        view: WindowedTransaction,
+        key: Any,
+        t: int,
+        windows: list[tuple[WindowKey, Any]],
+        put: Callable[[WindowKey, SlidingValue | None, SlidingValue], None],
+        initial: Callable[[], Any],
+        created: Callable[[WindowKey], None],
+    ) -> None:
+        """A record before ``size`` ms after the epoch: its left window would start before 0, so
+        it goes into ``[0, size]`` instead (Kafka Streams' ``processEarly``)."""
+        d = self.size_ms
+        combined: tuple[WindowKey, SlidingValue] | None = None
+        right_agg: SlidingValue | None = None
+        right_exists = False
+        previous: int | None = None
+        starts = {w.start for w, _ in windows}
+        for window, stored in windows:
+            if window.start == 0:
+                combined = (window, stored)
+                if stored.max_timestamp < t:
+                    previous = stored.max_timestamp
+            elif window.start <= t:
+                right_agg = stored
+                put(window, stored, stored)
+            elif window.start == t + 1:
+                right_exists = True
+        if right_agg is None and combined is not None and combined[1].max_timestamp > t:
+            right_agg = combined[1]
+        if not right_exists and right_agg is not None and right_agg.max_timestamp > t:
+            window = WindowKey(key, t + 1, t + 1 + d)
+            created(window)
+            view.put(window, right_agg)
+        if previous is not None and previous + 1 not in starts:
+            start = previous + 1
+            put(WindowKey(key, start, start + d), None, SlidingValue(initial(), t))
+        if combined is None:
+            put(WindowKey(key, 0, d), None, SlidingValue(initial(), t))
+        else:
+            put(combined[0], combined[1], combined[1])
+
+    def current(self, view: WindowedTransaction, key: Any, timestamp: int) -> WindowKey | None:
+        start = max(0, timestamp - self.size_ms)
+        return WindowKey(key, start, start + self.size_ms)
+
+
+class SessionWindows(Windows):
+    """Sessions of activity per key, separated by at least ``gap`` of inactivity; ``[first,
+    last]`` inclusive. ``merge(a, b)`` combines two sessions' aggregates when a record bridges
+    them (default ``a + b``: counts, sums, lists)."""
+
+    kind = "session"
+
+    def __init__(
+        self,
+        gap: Duration,
+        *,
+        grace: Duration = 0,
+        expires: Duration | None = None,
+        merge: Callable[[Any, Any], Any] | None = None,
+    ) -> None:
+        self.gap_ms = duration_ms(gap, "inactivity gap")
+        self.grace_ms = duration_ms(grace, "grace")
+        _check(self.gap_ms, self.grace_ms, "inactivity gap")
+        self.retention_ms = _retention(
+            expires, self.gap_ms + self.grace_ms, "gap + grace (Kafka Streams' minimum)"
+        )
+        self.merge: Callable[[Any, Any], Any] = merge or (lambda a, b: a + b)
+
+    def close_at(self, window: WindowKey) -> int:
+        return window[2] + self.gap_ms + self.grace_ms + 1
+
+    def expire_at(self, window: WindowKey) -> int:
+        return window[2] + self.retention_ms + 1
+
+    def sessions(
+        self, view: WindowedTransaction, key: Any, low: int, high: int, observed: int
+    ) -> list[tuple[WindowKey, Any]]:
+        """Stored sessions of ``key`` ending at or after ``low`` and starting at or before
+        ``high``, leaving out expired ones (Kafka Streams' ``findSessions``)."""
+        return [
+            (w, v)
+            for w, v in view.windows(key, None, high)
+            if w.end >= low and self.expire_at(w) > observed
+        ]
+
+    def update(self, state: WindowState, key: Any, timestamp: int, op: Op, value: Any) -> bool:
+        view, observed = state.view, state.observed
+        t, gap = timestamp, self.gap_ms
+        close = observed - self.grace_ms - gap
+        found = self.sessions(view, key, t - gap, t + gap, observed)
+        start, end = t, t
+        aggregate = state.initial()
+        for window, stored in found:
+            aggregate = self.merge(aggregate, stored)
+            start, end = min(start, window.start), max(end, window.end)
+        if end < close:
+            return False
+        merged = WindowKey(key, start, end)
+        if (start, end) != (t, t):
+            for window, _ in found:
+                view.delete(window)
+        state.track(merged)
+        view.put(merged, op(aggregate, value))
+        return True
+
+    def current(self, view: WindowedTransaction, key: Any, timestamp: int) -> WindowKey | None:
+        for window, _ in view.windows(key, None, timestamp):
+            if window.start <= timestamp <= window.end:
+                return window
+        return None

@@ -1,0 +1,138 @@
+"""PartitionGroup: a task's co-partitioned inputs, processed smallest timestamp first.
+
+When a task reads several partitions of one stage (``orders[3]`` and ``restocks[3]``), the order
+in which their records are processed should not depend on the order the consumer happened to
+fetch them in. As Kafka Streams' ``PartitionGroup`` does, records are buffered per partition and
+the next one processed is always the head with the smallest timestamp among partitions that
+have buffered data.
+
+A partition with nothing buffered is waited for (the task is *not ready*) when the consumer
+knows records are on the broker for it (its fetched lag is above 0, or no fetch has answered
+for it yet): they are one fetch away. When its lag is 0, the task waits up to ``max_task_idle``
+seconds (Kafka Streams' ``max.task.idle.ms``, KIP-353/KIP-695; default 0: do not wait for new
+records to be produced) and then goes on without it ("enforced processing"). ``max_task_idle <
+0`` never waits at all.
+
+Buffered records have already been fetched, so the consumer's position is past them: the task's
+committed offset stays the next record *processed*, and a buffer that grows past ``limit``
+pauses its partition until it drains.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+
+from streams_app.transport.base import RecordLike, TopicPartition
+
+LagFn = Callable[[TopicPartition], "int | None"]
+
+
+class PartitionGroup:
+    __slots__ = (
+        "_deadlines",
+        "_lag",
+        "_max_idle",
+        "buffered",
+        "enforced",
+        "limit",
+        "paused",
+        "queues",
+    )
+
+    def __init__(
+        self,
+        partitions: Iterable[TopicPartition],
+        *,
+        max_idle: float,
+        lag: LagFn,
+        limit: int,
+    ) -> None:
+        self.queues: dict[TopicPartition, deque[tuple[int, RecordLike]]] = {
+            tp: deque() for tp in sorted(partitions)
+        }
+        self._max_idle = max_idle
+        self._lag = lag
+        self._deadlines: dict[TopicPartition, float] = {}
+        self.limit = limit
+        self.buffered = 0
+        #: Partitions this group paused because their buffer is full.
+        self.paused: set[TopicPartition] = set()
+        #: Times the group went on without an empty partition (Kafka Streams' sensor).
+        self.enforced = 0
+
+    def add(
+        self,
+        tp: TopicPartition,
+        records: Sequence[RecordLike],
+        timestamp: Callable[[RecordLike], int],
+    ) -> None:
+        queue = self.queues[tp]
+        for record in records:
+            queue.append((timestamp(record), record))
+        self.buffered += len(records)
+
+    def ready(self, now: float) -> bool:
+        """Whether the next record may be taken now (see the module doc)."""
+        if not self.buffered:
+            return False
+        if self._max_idle < 0:
+            return True
+        enforced = False
+        for tp, queue in self.queues.items():
+            if queue:
+                self._deadlines.pop(tp, None)
+                continue
+            lag = self._lag(tp)
+            if lag is None or lag > 0:
+                self._deadlines.pop(tp, None)
+                return False  # its records are one fetch away
+            deadline = self._deadlines.setdefault(tp, now + self._max_idle)
+            if now < deadline:
+                return False
+            enforced = True
+        if enforced:
+            self.enforced += 1
+        return True
+
+    def next_deadline(self) -> float | None:
+        return min(self._deadlines.values(), default=None)
+
+    def next_run(self) -> tuple[TopicPartition, list[RecordLike]]:
+        """The partition with the smallest head timestamp (ties: lowest partition first) and its
+        records up to the next head of any other partition."""
+        heads = [(queue[0][0], tp) for tp, queue in self.queues.items() if queue]
+        heads.sort()
+        _, tp = heads[0]
+        bound = heads[1] if len(heads) > 1 else None
+        queue = self.queues[tp]
+        run: list[RecordLike] = []
+        while queue and (bound is None or (queue[0][0], tp) < bound):
+            run.append(queue.popleft()[1])
+        self.buffered -= len(run)
+        return tp, run
+
+    def to_pause(self) -> list[TopicPartition]:
+        out = [
+            tp for tp, q in self.queues.items() if len(q) >= self.limit and tp not in self.paused
+        ]
+        self.paused.update(out)
+        return out
+
+    def to_resume(self) -> list[TopicPartition]:
+        out = [tp for tp in self.paused if len(self.queues[tp]) < self.limit // 2]
+        self.paused.difference_update(out)
+        return out
+
+    def clear(self) -> list[TopicPartition]:
+        """Drop every buffered record (after an abort: the consumer seeks back); returns the
+        partitions this group had paused, to resume."""
+        for queue in self.queues.values():
+            queue.clear()
+        self.buffered = 0
+        self._deadlines.clear()
+        paused, self.paused = sorted(self.paused), set()
+        return paused
+
+    def has_buffered(self, tp: TopicPartition) -> bool:
+        return bool(self.queues[tp])

@@ -1,0 +1,109 @@
+"""Stream time's pieces without a broker: the offset-metadata codec, topic stages, window
+definitions (boundaries, close and expiry times, durations) and the PartitionGroup's order."""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from streams_app import App
+from streams_app.app.windows import SessionWindows, SlidingWindows, TimeWindows, duration_ms
+from streams_app.errors import InvalidTimestamp
+from streams_app.runtime.partition_group import PartitionGroup
+from streams_app.runtime.stream_time import decode_metadata, encode_metadata, topic_stages
+from streams_app.state.windowed import WindowKey
+from streams_app.testing.memory.broker import MemoryRecord
+from streams_app.transport.base import TopicPartition
+
+
+def test_stream_time_metadata_round_trips_and_tolerates_foreign_metadata() -> None:
+    meta = decode_metadata(encode_metadata(1_700_000_000_123, {"views": 1_700_000_000_000}))
+    assert (meta.partition_time, meta.tables) == (1_700_000_000_123, {"views": 1_700_000_000_000})
+    for foreign in ("", None, "AgAAAYvX", "sa1:{not json", "sa1:[1]"):
+        assert decode_metadata(foreign).partition_time == -1
+
+
+def test_stages_count_group_by_hops() -> None:
+    stages = topic_stages(
+        ["in", "in-a-repartition", "in-b-repartition"],
+        {
+            "in-a-repartition": "in",
+            "in-b-repartition": "in-a-repartition",
+        },
+    )
+    assert stages == {"in": 0, "in-a-repartition": 1, "in-b-repartition": 2}
+
+
+def test_time_windows_follow_kafka_streams_boundaries() -> None:
+    hopping = TimeWindows(20, 5, grace=3)
+    assert list(hopping.starts_for(1_700_000_012_345)) == [
+        1_699_999_995_000,
+        1_700_000_000_000,
+        1_700_000_005_000,
+        1_700_000_010_000,
+    ]
+    assert list(hopping.starts_for(7_000)) == [0, 5_000]  # never a negative start
+    w = WindowKey("k", 0, 20_000)
+    assert hopping.close_at(w) == 23_000  # closed once stream time reaches end + grace
+    assert hopping.expire_at(w) == 23_001  # retention size + grace: kept while start + it >= t
+    sliding, session = SlidingWindows(10, grace=3), SessionWindows(5, grace=3)
+    assert sliding.close_at(WindowKey("k", 0, 10_000)) == 13_001  # ends are inclusive
+    assert session.close_at(WindowKey("k", 100, 200)) == 200 + 5_000 + 3_000 + 1
+    with pytest.raises(ValueError, match="shorter than size"):
+        TimeWindows(60, expires=30)
+    assert duration_ms(timedelta(minutes=1), "size") == duration_ms(60, "size") == 60_000
+    assert duration_ms(0.0015, "grace") == 2  # rounded to whole ms
+
+
+def test_timestamp_fn_and_invalid_timestamps() -> None:
+    app = App("ts-unit")
+    topic = app.topic("t", timestamp_fn=lambda v: v["at"])
+    at = datetime(2024, 1, 1, tzinfo=UTC)
+    assert topic.timestamp_of(5, {"at": at}, -1) == 1_704_067_200_000
+    assert topic.timestamp_of(5, {"at": 1.5}, -1) == 1_500
+    with pytest.raises(InvalidTimestamp, match="returned None"):
+        topic.timestamp_of(5, {"at": None}, -1)
+    lenient = app.topic("u", timestamp_fn=lambda v: v["at"], on_invalid_timestamp="record_time")
+    assert lenient.timestamp_of(5, {"at": -3}, -1) == 5
+    by_partition = app.topic("w", on_invalid_timestamp="partition_time")
+    assert by_partition.timestamp_of(-1, None, 42) == 42
+    with pytest.raises(InvalidTimestamp):
+        by_partition.timestamp_of(-1, None, -1)
+
+
+def _records(topic: str, stamps: list[int]) -> list[MemoryRecord]:
+    return [MemoryRecord(topic, 0, i, ts, None, None, ()) for i, ts in enumerate(stamps)]
+
+
+def test_partition_group_takes_the_smallest_timestamp_and_waits_for_lagging_inputs() -> None:
+    a, b = TopicPartition("a", 0), TopicPartition("b", 0)
+    lags: dict[TopicPartition, int | None] = {a: 0, b: None}
+    group = PartitionGroup([a, b], max_idle=2.0, lag=lags.get, limit=100)
+    group.add(a, _records("a", [10, 30, 50]), lambda r: r.timestamp)
+    assert not group.ready(0.0)  # b never fetched: its records may be one fetch away
+    lags[b] = 3
+    assert not group.ready(0.0)  # b has records on the broker
+    lags[b] = 0
+    assert not group.ready(0.0)  # b is caught up: wait max_task_idle for it
+    assert group.ready(2.0) and group.enforced == 1
+    group.add(b, _records("b", [20, 40]), lambda r: r.timestamp)
+    order = []
+    while group.buffered and group.ready(3.0):
+        tp, run = group.next_run()
+        order += [(tp.topic, r.timestamp) for r in run]
+        if not group.queues[b] and group.queues[a]:
+            break  # b is empty again: the rest waits
+    assert order == [("a", 10), ("b", 20), ("a", 30), ("b", 40)]
+    assert [r.timestamp for _, r in group.queues[a]] == [50]
+    assert group.clear() == [] and group.buffered == 0 and group.queues[a] == deque()
+
+
+def test_max_task_idle_is_validated() -> None:
+    from streams_app.errors import ConfigError
+    from streams_app.settings import Settings
+
+    assert Settings.build("x", {"max_task_idle": -1}, environ={}).max_task_idle == -1
+    with pytest.raises(ConfigError, match="max_task_idle"):
+        Settings.build("x", {"max_task_idle": -2}, environ={})

@@ -1,0 +1,212 @@
+"""Windowed-count test data, and the expected results computed independently of streams_app.
+
+The generator writes, per partition, records whose time mostly moves forward, with some records
+out of order within the grace period, some late for every window they belong to, and (with
+``partial=True``) some late for only some of their windows. Keys belong to one partition each, so
+every partition is one task with its own stream time. The stream ends with *flush* records of a
+key of their own that step time forward in small steps until every window has closed (small
+steps, so stream time never jumps far; it moves by less than 1.5 s per record). Every
+timestamp is a multiple of 10 ms and the grace period is not (3.005 s): no window's end plus
+grace is ever equal to a record's time, the one instant at which Kafka Streams'
+``suppress(untilWindowCloses)`` (what the comparison test's Kafka Streams application uses)
+already emits a sliding or session window that its aggregation still updates (their ends are
+inclusive); see docs/windows.md.
+
+The oracle below computes final windowed counts from the definitions (docs/windows.md, after
+Kafka Streams' TimeWindows, SlidingWindows and SessionWindows), record by record in each
+partition's order, with plain Python data structures: no streams_app code is used.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+BASE = 1_700_000_000_000  # a recent instant in ms: far from 0 (sliding windows' early records)
+
+
+@dataclass(frozen=True)
+class Rec:
+    partition: int
+    key: str
+    ts: int
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Window parameters in ms (the topology gets them in seconds)."""
+
+    tumbling: int = 10_000
+    hopping: int = 20_000
+    hopping_step: int = 5_000
+    sliding: int = 10_000
+    session_gap: int = 5_000
+    #: Records fall on whole 10 ms, and no window bound plus grace does: see generate().
+    grace: int = 3_005
+
+    @property
+    def longest(self) -> int:
+        return max(self.tumbling, self.hopping, 2 * self.sliding, self.session_gap)
+
+
+@dataclass
+class Dataset:
+    records: list[Rec]
+    sizes: Sizes
+    partitions: int
+    #: Records made late on purpose (for reporting), per kind of lateness.
+    made: Counter[str] = field(default_factory=Counter)
+
+    def by_partition(self) -> dict[int, list[Rec]]:
+        out: dict[int, list[Rec]] = {p: [] for p in range(self.partitions)}
+        for r in self.records:
+            out[r.partition].append(r)
+        return out
+
+
+def generate(
+    seed: int,
+    *,
+    per_partition: int = 1_200,
+    partitions: int = 2,
+    keys: int = 5,
+    sizes: Sizes | None = None,
+    partial: bool = False,
+) -> Dataset:
+    sizes = sizes or Sizes()
+    rng = random.Random(seed)
+    data = Dataset([], sizes, partitions)
+    grace, longest = sizes.grace, sizes.longest
+    for p in range(partitions):
+        t = BASE + 10 * rng.randrange(100)
+        for _ in range(per_partition):
+            # Only on-time records move time on (by less than 1.5 s), so stream time never
+            # jumps by more than that: see the module doc about Kafka Streams and jumps.
+            roll = rng.random()
+            if roll >= (0.20 if partial else 0.14):
+                t += rng.choice((0, 10 * rng.randrange(1, 150)))
+            ts = t
+            if roll < 0.10:
+                ts = t - 10 * rng.randrange(0, grace // 10 + 1)  # out of order, within grace
+                data.made["within grace"] += 1
+            elif roll < 0.14:
+                # late for every window it belongs to, of every kind
+                low, high = (grace + 2 * longest) // 10, (grace + 3 * longest) // 10
+                ts = t - 10 * rng.randrange(low, high)
+                data.made["late"] += 1
+            elif partial and roll < 0.20:
+                # late for some of its windows only
+                ts = t - 10 * rng.randrange(grace // 10 + 1, (grace + longest) // 10)
+                data.made["partly late"] += 1
+            data.records.append(Rec(p, f"k{p}.{rng.randrange(keys)}", ts))
+        end = t + 3 * longest + grace
+        while t < end:
+            t += 1_000
+            data.records.append(Rec(p, f"flush{p}", t))
+    return data
+
+
+# -- the oracle -------------------------------------------------------------------------------
+
+#: (key, start, end) -> count
+Windows = Counter[tuple[str, int, int]]
+
+
+@dataclass
+class Expected:
+    finals: dict[str, Windows]
+    #: Records that updated no window at all, per kind.
+    late: Counter[str]
+
+
+def _time_windows(ts: int, size: int, step: int) -> Iterable[int]:
+    start = max(0, ts - size + step) // step * step
+    while start <= ts:
+        yield start
+        start += step
+
+
+def expected(data: Dataset) -> Expected:
+    """Final counts per window and late records, for data without partly-late records for
+    sliding windows (``generate(partial=False)``): a record there is either on time for all its
+    windows or late for all of them, which keeps the sliding-window definition simple."""
+    s = data.sizes
+    kinds = ("tumbling", "hopping", "sliding", "session")
+    finals: dict[str, Windows] = {k: Counter() for k in kinds}
+    late: Counter[str] = Counter()
+    for records in data.by_partition().values():
+        observed = -1
+        sessions: dict[str, list[list[int]]] = {}  # key -> [start, end, count]
+        accepted: dict[str, list[int]] = {}  # sliding: timestamps counted, per key
+        for r in records:
+            observed = max(observed, r.ts)
+            for kind, size, step in (
+                ("tumbling", s.tumbling, s.tumbling),
+                ("hopping", s.hopping, s.hopping_step),
+            ):
+                counted = False
+                for start in _time_windows(r.ts, size, step):
+                    if start + size + s.grace > observed:  # open: end + grace > stream time
+                        finals[kind][(r.key, start, start + size)] += 1
+                        counted = True
+                if not counted:
+                    late[kind] += 1
+            # sliding: on time iff its newest window [ts, ts + d] has not closed
+            if r.ts + s.sliding >= observed - s.grace:
+                assert r.ts >= observed - s.grace, "partly late record: use partial=False"
+                accepted.setdefault(r.key, []).append(r.ts)
+            else:
+                late["sliding"] += 1
+            # sessions: merge with the sessions within the gap that have not expired
+            found = [
+                w
+                for w in sessions.get(r.key, [])
+                if w[1] >= r.ts - s.session_gap
+                and w[0] <= r.ts + s.session_gap
+                and w[1] + s.session_gap + s.grace >= observed
+            ]
+            start = min([r.ts] + [w[0] for w in found])
+            end = max([r.ts] + [w[1] for w in found])
+            if end < observed - s.grace - s.session_gap:
+                late["session"] += 1
+                continue
+            count = 1 + sum(w[2] for w in found)
+            kept = [w for w in sessions.get(r.key, []) if w not in found]
+            sessions[r.key] = [*kept, [start, end, count]]
+        for key, spans in sessions.items():
+            for start, end, count in spans:
+                finals["session"][(key, start, end)] += count
+        d = s.sliding
+        for key, stamps in accepted.items():
+            stamps.sort()
+            windows = {(t - d, t) for t in stamps}
+            windows |= {
+                (t + 1, t + 1 + d) for t in stamps if any(t < u <= t + 1 + d for u in stamps)
+            }
+            for start, end in windows:
+                n = sum(1 for u in stamps if start <= u <= end)
+                if n:
+                    finals["sliding"][(key, start, end)] += n
+    return Expected(finals, late)
+
+
+def closed_by_end(data: Dataset, finals: dict[str, Windows]) -> dict[str, Windows]:
+    """The windows that have closed once each partition's stream time is at its end: those are
+    emitted; the last windows of the flush keys are still open."""
+    s = data.sizes
+    end = {p: max(r.ts for r in records) for p, records in data.by_partition().items()}
+    partition = {r.key: r.partition for r in data.records}
+    closes = {
+        "tumbling": lambda w, p: w[2] + s.grace <= p,
+        "hopping": lambda w, p: w[2] + s.grace <= p,
+        "sliding": lambda w, p: w[2] + s.grace < p,
+        "session": lambda w, p: w[2] + s.session_gap + s.grace < p,
+    }
+    return {
+        kind: Counter(
+            {w: n for w, n in finals[kind].items() if closes[kind](w, end[partition[w[0]]])}
+        )
+        for kind in finals
+    }
