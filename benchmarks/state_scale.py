@@ -283,6 +283,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         **child,
                     }
                     samples.append(sample)
+                    if args.samples_log:  # a long run's figures survive an interruption
+                        with open(args.samples_log, "a") as out:
+                            out.write(json.dumps(sample) + "\n")
                     last_committed, last_t, last_hits, last_misses = committed, now, hits, misses
                     rate = sample["interval_hit_rate"]
                     print(
@@ -432,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         "state_topology.py must be these): a before/after comparison",
     )
     parser.add_argument("--out", default="bench-state-scale.json")
+    parser.add_argument("--samples-log", help="also append every sample to this file (JSON lines)")
     parser.add_argument("--keep", action="store_true", help="keep the worker's log and state")
     args = parser.parse_args(argv)
     if not args.keys and not args.duration:
