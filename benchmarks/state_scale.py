@@ -1,7 +1,8 @@
 """State at scale: one exactly-once worker, two tables of 1 KB values, millions of distinct keys.
 
     make bench BENCH_ARGS="--state-scale"                      # until 2,000,000 distinct keys
-    make bench BENCH_ARGS="--state-scale --duration 3600 --keys 0 --rate 2000"   # one hour
+    make bench BENCH_ARGS="--state-scale --duration 3600 --keys 0 --rate 1500"   # one hour
+    python -m benchmarks.state_scale --report bench-state-scale.json   # BENCHMARKS.md's table
 
 One embedded broker, an input topic of 16 partitions, and one worker process running
 ``benchmarks/state_topology.py`` (two reads and two 1 KB writes per record) with default
@@ -411,8 +412,62 @@ def print_summary(result: dict[str, Any]) -> None:
     print(f"docs/memory.md formula: {est['total'] / MiB:.0f} MiB ({parts})")
 
 
+def markdown(samples: list[dict[str, Any]], every: float = 300.0) -> str:
+    """BENCHMARKS.md's table of a run: one row per ``every`` seconds (and the last sample), so
+    the figures in the docs come from the JSON, not from typing."""
+    rows = [
+        "| minute | records committed | distinct keys | records/s | RSS MiB | open fds "
+        "| read cache MiB | hit rate (interval) | memtables MiB | block cache MiB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    next_t = 0.0
+    for i, s in enumerate(samples):
+        if s["t"] < next_t and i != len(samples) - 1:
+            continue
+        next_t = (s["t"] // every + 1) * every
+        rate = s.get("interval_hit_rate")
+        rows.append(
+            f"| {s['t'] / 60:.1f} | {s['committed']:,} | {s['distinct_keys']:,} "
+            f"| {s['records_per_s']:,} | {(s['rss_bytes'] or 0) / MiB:.0f} | {s['open_fds']} "
+            f"| {s.get('cache_bytes', 0) / MiB:.1f} "
+            f"| {'-' if rate is None else f'{rate:.3f}'} "
+            f"| {s.get('rocksdb_memtable_bytes', 0) / MiB:.0f} "
+            f"| {(s.get('rocksdb_block_cache_bytes') or 0) / MiB:.0f} |"
+        )
+    return "\n".join(rows)
+
+
+def report(path: str, warmup: float) -> int:
+    """``--report PATH``: the markdown table and summary of a finished run's JSON, or of a
+    ``--samples-log`` (JSON lines) of a run that is still going or was interrupted."""
+    text = Path(path).read_text()
+    if path.endswith(".jsonl"):
+        samples = [json.loads(line) for line in text.splitlines() if line.strip()]
+        args = argparse.Namespace(warmup=warmup)
+        from streams_app.settings import Settings
+        from streams_app.state.budget import worker_memory_estimate
+
+        estimate = worker_memory_estimate(
+            Settings.build("report", {}, {}),
+            table_partitions=PARTITIONS * len(TABLES),
+            input_partitions=PARTITIONS,
+        )
+        result = {"samples": samples, "summary": summarise(samples, args, estimate)}
+        result["estimate"] = estimate
+    else:
+        result = json.loads(text)
+    print(markdown(result["samples"]))
+    print_summary(result)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--report",
+        metavar="PATH",
+        help="print the markdown table and summary of a run's --out JSON or --samples-log",
+    )
     parser.add_argument("--keys", type=int, default=2_000_000, help="stop at N distinct keys")
     parser.add_argument("--duration", type=float, default=0.0, help="stop after N seconds")
     parser.add_argument("--value-bytes", type=int, default=1024)
@@ -438,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples-log", help="also append every sample to this file (JSON lines)")
     parser.add_argument("--keep", action="store_true", help="keep the worker's log and state")
     args = parser.parse_args(argv)
+    if args.report:
+        return report(args.report, args.warmup)
     if not args.keys and not args.duration:
         parser.error("give --keys or --duration (or both)")
     # The generator's producer retries while the new topic's leaders are elected: not news.
