@@ -23,6 +23,8 @@ def count_app(unique: str, bootstrap: str) -> App:
         topic_partitions=3,
         commit_interval=600.0,  # never due by time during this test
         transaction_timeout=900.0,
+        max_poll_interval=900.0,  # at least the commit interval (checked at start)
+        restore_timeout=1200.0,  # above transaction_timeout (checked at start)
         commit_every=1_000_000,
         state_uncommitted_max_bytes=64 * 1024,  # ~180 pending counts
         # The budget is checked after each fetched batch: small batches, many checks.
