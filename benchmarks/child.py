@@ -70,6 +70,7 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
     os.environ["STREAMS_APP_ID"] = args.group
     os.environ["STREAMS_APP_BROKER"] = args.bootstrap
     os.environ["STREAMS_APP_PROCESSING_GUARANTEE"] = args.guarantee
+    os.environ.setdefault("STREAMS_APP_WEB_PORT", "0")  # on, as in production; any free port
     if args.commit_interval is not None:
         os.environ["STREAMS_APP_COMMIT_INTERVAL"] = str(args.commit_interval)
     for item in args.set:

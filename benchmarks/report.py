@@ -24,6 +24,7 @@ RATIO_NAMES = {
     "eos_over_alos": "streams_app EOS / streams_app ALOS",
     "eos_over_ceiling": "streams_app EOS / bare aiokafka loop",
     "eos_2w_over_eos": "two streams_app workers / one (EOS)",
+    "windowed_over_eos": "streams_app windowed count / plain count (EOS)",
 }
 
 

@@ -142,6 +142,18 @@ class Settings:
     #: The database of the app's PostgreSQL sinks (and the outbox relay run with -A); a libpq
     #: DSN or URL. A secret (it may hold a password): never logged, masked by describe().
     postgres_dsn: str | None = None
+    #: The worker's web server (health, readiness, Prometheus metrics, table queries, pages):
+    #: on, on 127.0.0.1:6066 (Faust's port) by default. ``web_port=0`` takes any free port
+    #: (logged, and in ``Worker.web_url``). ``web_host`` is the address other workers and
+    #: clients reach this one at (table queries are redirected there); default: ``web_bind``,
+    #: or the machine's host name when binding every interface.
+    web_enabled: bool = True
+    web_bind: str = "127.0.0.1"
+    web_port: int = 6066
+    web_host: str | None = None
+    #: Seconds between progress lines while a worker restores its tables or catches up with
+    #: its inputs (logged at info; an interactive terminal gets a live progress bar instead).
+    progress_interval: float = 5.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -286,6 +298,7 @@ class Settings:
         self._validate_errors()
         self._validate_security()
         self._validate_database()
+        self._validate_web()
 
     def _validate_database(self) -> None:
         """The DSN's shape only (libpq parses it when a sink or the relay connects); never
@@ -306,6 +319,26 @@ class Settings:
                 f"has the scheme {scheme!r}",
                 "use a postgresql://host:5432/db URL or a libpq 'key=value' DSN",
             )
+
+    def _validate_web(self) -> None:
+        _count(self, "web_port", 0, "e.g. 6066, or 0 for any free port", 65535)
+        _string(self, "web_bind")
+        if not self.web_bind.strip() or any(c.isspace() or c in "/[]" for c in self.web_bind):
+            raise ConfigError(
+                "web_bind",
+                f"{self.web_bind!r} is not an address to listen on",
+                "use an IP address or host name, e.g. '127.0.0.1' (the default) or '0.0.0.0' "
+                "(every interface, e.g. in a container)",
+            )
+        if self.web_host is not None:
+            _string(self, "web_host")
+            if not self.web_host or any(c.isspace() or c in "/?#@" for c in self.web_host):
+                raise ConfigError(
+                    "web_host",
+                    f"{self.web_host!r} is not a host name",
+                    "use the host name or IP other workers reach this one at (no scheme, no "
+                    "port), or leave it unset",
+                )
 
     def _validate_identity(self) -> None:
         if not isinstance(self.id, str) or not _TOPIC_NAME.match(self.id):
@@ -337,7 +370,7 @@ class Settings:
             raise ConfigError(
                 "state_dir", f"{self.state_dir!r} is not a path", "use a directory path"
             )
-        for name in ("lineage_headers", "transaction_headers"):
+        for name in ("lineage_headers", "transaction_headers", "web_enabled"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ConfigError(
@@ -358,6 +391,7 @@ class Settings:
         _seconds(self, "heartbeat_interval", "e.g. 3, a third of session_timeout")
         _seconds(self, "max_poll_interval", "e.g. 300")
         _seconds(self, "restore_timeout", "e.g. 300")
+        _seconds(self, "progress_interval", "e.g. 5")
         if isinstance(self.max_task_idle, bool) or not isinstance(self.max_task_idle, int | float):
             raise ConfigError(
                 "max_task_idle",

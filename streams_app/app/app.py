@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streams_app.app.agent import Agent, AgentFun, Sink
+from streams_app.app.pages import Page
 from streams_app.app.postgres import DEFAULT_OFFSETS_TABLE, PostgresSink, SinkHandler
 from streams_app.app.table import Table, WindowCloseCallback
 from streams_app.app.topic import Topic
@@ -39,6 +40,7 @@ class App:
         self.tables: dict[str, Table] = {}
         self.timers: list[Timer] = []
         self.sinks: dict[str, PostgresSink] = {}
+        self.pages: list[Page] = []
 
     @property
     def id(self) -> str:
@@ -214,6 +216,20 @@ class App:
         if handler is not None:
             return declare(handler)
         return declare
+
+    def page(
+        self, path: str, *, base: Any = None, cors_options: Any = None, name: str | None = None
+    ) -> Callable[[Any], Any]:
+        """Serve ``async def view(web, request, **match)`` (or a class with ``get``/``post``
+        methods) at ``path`` on every worker's web server, as Faust's ``@app.page``."""
+        if not path.startswith("/"):
+            raise ValueError(f"page path {path!r} must start with '/'")
+
+        def decorate(view: Any) -> Any:
+            self.pages.append(Page(path, view, base=base, cors_options=cors_options, name=name))
+            return view
+
+        return decorate
 
     # -- running --------------------------------------------------------------------------
 

@@ -8,15 +8,15 @@ between ``stop`` and ``start`` and listens on a fixed port (9092 unless told oth
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
+from streams_app import devstate
 from streams_app.broker.cluster import EmbeddedKafka, free_port
 from streams_app.broker.probe import cluster_view
 from streams_app.errors import StreamsAppError
@@ -82,20 +82,7 @@ def _state_path() -> Path:
 
 
 def load_state() -> DevBrokerState | None:
-    try:
-        return DevBrokerState(**json.loads(_state_path().read_text()))
-    except (FileNotFoundError, ValueError, TypeError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return devstate.load(_state_path(), DevBrokerState)
 
 
 def status() -> tuple[DevBrokerState | None, bool]:
@@ -212,8 +199,7 @@ def start(port: int = 9092, fresh: bool = False, timeout: float = 90.0) -> DevBr
         root=str(root),
         started=info.started if info else None,
     )
-    home.mkdir(parents=True, exist_ok=True)
-    _state_path().write_text(json.dumps(asdict(new_state), indent=2))
+    devstate.save(_state_path(), new_state)
     return new_state
 
 
@@ -234,10 +220,10 @@ def stop(grace: float = 20.0) -> tuple[bool, str]:
         return False, f"no broker stopped: {found}; removed the stale state {_state_path()}"
     os.kill(state.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while _alive(state.pid) and time.monotonic() < deadline:
+    while devstate.pid_alive(state.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
         _reap(state.pid)
-    if _alive(state.pid):
+    if devstate.pid_alive(state.pid):
         os.kill(state.pid, signal.SIGKILL)
     return True, f"stopped {found}"
 

@@ -20,14 +20,29 @@ def add_parser(
 ) -> None:
     parser = sub.add_parser("worker", parents=parents, help="run a worker for the app (-A)")
     parser.add_argument("--state-dir", type=Path, help="state directory (overrides state_dir)")
+    parser.add_argument(
+        "--web-port", type=int, help="port of the worker's web server (web_port; 0: any free port)"
+    )
+    parser.add_argument("--web-bind", help="address the web server listens on (web_bind)")
+    parser.add_argument(
+        "--web-host", help="host name other workers and clients reach this one at (web_host)"
+    )
+    parser.add_argument(
+        "--without-web", action="store_true", help="no web server (web_enabled=False)"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    overrides = {}
+    overrides: dict[str, Any] = {}
     if args.state_dir is not None:
         overrides["state_dir"] = args.state_dir
+    for name in ("web_port", "web_bind", "web_host"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    if args.without_web:
+        overrides["web_enabled"] = False
     return asyncio.run(_run(app, overrides))
 
 

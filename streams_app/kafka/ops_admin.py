@@ -19,6 +19,7 @@ when the answer says ownership moved (NOT_LEADER, NOT_COORDINATOR, loading), lik
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
@@ -29,13 +30,17 @@ import aiokafka.errors as aerrors
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
 from aiokafka.protocol.admin import DeleteGroupsRequest
 from aiokafka.protocol.commit import OffsetCommitRequest
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
 from streams_app.errors import BrokerUnavailable, StreamsAppError
+from streams_app.kafka.assignor import decode_subscription
 from streams_app.kafka.txn_protocol import (
     AbortMarkerRequest,
     DescribeProducersRequest,
@@ -153,6 +158,8 @@ class GroupMember:
     client_id: str
     host: str
     assignment: tuple[TP, ...]
+    #: The member's web server (published in its subscription's user data), if any.
+    web: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,12 +173,17 @@ class GroupDescription:
 
 def _member(fields: tuple[Any, ...]) -> GroupMember:
     """A DescribeGroups member (v0-v3 and v4+ differ only by group_instance_id after the id)."""
-    member_id, client_id, host, raw_assignment = fields[0], fields[-4], fields[-3], fields[-1]
+    member_id, client_id, host = fields[0], fields[-4], fields[-3]
+    raw_metadata, raw_assignment = fields[-2], fields[-1]
     assignment: tuple[TP, ...] = ()
     if raw_assignment:
         decoded = ConsumerProtocolMemberAssignment.decode(raw_assignment)
         assignment = tuple(sorted((tp.topic, tp.partition) for tp in decoded.partitions()))
-    return GroupMember(member_id, client_id, host, assignment)
+    web = None
+    if raw_metadata:
+        with contextlib.suppress(Exception):  # another client's protocol: no address
+            web = decode_subscription(ConsumerProtocolMemberMetadata.decode(raw_metadata).user_data)
+    return GroupMember(member_id, client_id, host, assignment, web)
 
 
 class OpsAdmin:

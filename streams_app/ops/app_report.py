@@ -22,9 +22,15 @@ def format_status(status: AppStatus) -> str:
     if group.members:
         lines.append(
             table(
-                ("MEMBER", "CLIENT", "HOST", "PARTITIONS"),
+                ("MEMBER", "CLIENT", "HOST", "WEB", "PARTITIONS"),
                 [
-                    (m.member_id, m.client_id, m.host.lstrip("/"), partitions(m.assignment))
+                    (
+                        m.member_id,
+                        m.client_id,
+                        m.host.lstrip("/"),
+                        m.web or "-",
+                        partitions(m.assignment),
+                    )
                     for m in group.members
                 ],
             )

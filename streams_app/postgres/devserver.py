@@ -10,13 +10,13 @@ does with ``streams-app broker start``. A development server: never expose it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
+from streams_app import devstate
 from streams_app.jvm import cache_dir
 from streams_app.postgres.server import PostgresServer
 
@@ -41,25 +41,12 @@ def _state_path() -> Path:
 
 
 def load_state() -> DevPostgresState | None:
-    try:
-        return DevPostgresState(**json.loads(_state_path().read_text()))
-    except (FileNotFoundError, ValueError, TypeError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return devstate.load(_state_path(), DevPostgresState)
 
 
 def _is_our_postgres(state: DevPostgresState) -> bool:
     """The recorded pid is alive *and* still a postgres on our data directory (pids recycle)."""
-    if not _alive(state.pid):
+    if not devstate.pid_alive(state.pid):
         return False
     try:
         cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes().split(b"\0")
@@ -89,8 +76,7 @@ def start(port: int = 5432, fresh: bool = False) -> DevPostgresState:
     server = PostgresServer(root, port, die_with_parent=False).start()
     assert server.process is not None
     state = DevPostgresState(server.process.pid, server.port, server.dsn, str(root))
-    _state_path().parent.mkdir(parents=True, exist_ok=True)
-    _state_path().write_text(json.dumps(asdict(state), indent=2))
+    devstate.save(_state_path(), state)
     return state
 
 
@@ -102,11 +88,11 @@ def stop(grace: float = 30.0) -> bool:
         return False
     os.kill(state.pid, signal.SIGINT)
     deadline = time.monotonic() + grace
-    while _alive(state.pid) and time.monotonic() < deadline:
+    while devstate.pid_alive(state.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(state.pid, os.WNOHANG)
-    if _alive(state.pid):
+    if devstate.pid_alive(state.pid):
         os.kill(state.pid, signal.SIGKILL)
     _state_path().unlink(missing_ok=True)
     return True

@@ -36,6 +36,7 @@ from typing import Any
 
 from streams_app.app.context import SendFuture
 from streams_app.runtime.clock import Cancellable, Clock, SystemClock
+from streams_app.runtime.metrics import ProducerStats
 from streams_app.transport.base import (
     AppendedRecord,
     BatchingProducerClient,
@@ -176,6 +177,8 @@ class StreamsProducer:
         self.transactions_committed = 0
         self.transactions_aborted = 0
         self.recreated = 0
+        #: Records sent per topic and records per batch, for /metrics (counted per batch).
+        self.stats = ProducerStats()
 
     @property
     def exactly_once(self) -> bool:
@@ -272,6 +275,7 @@ class StreamsProducer:
             timestamp_ms=timestamp_ms,
         )
         self._pending.append(future)
+        self.stats.record(topic)
         return future
 
     async def send_records(
@@ -361,6 +365,7 @@ class StreamsProducer:
 
     def _enqueue(self, batch: _Batch) -> None:
         batch.builder.close()
+        self.stats.batch(batch.topic, batch.builder.record_count())
         self._queue.append(batch)
         if self._shipper is None or self._shipper.done():
             self._shipper = asyncio.get_running_loop().create_task(self._ship())

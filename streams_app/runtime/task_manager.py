@@ -8,17 +8,15 @@ never given up with uncommitted work.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Iterator, Mapping
 
+from streams_app.runtime.progress import RestoreProgress
 from streams_app.runtime.task import RESTORING, RUNNING, GroupFactory, Task, TaskId
 from streams_app.runtime.topology import TopologyPlan
 from streams_app.state.base import PartitionTransaction, Store, StorePartition
 from streams_app.state.cache import ReadCache
 from streams_app.state.restore import RestoreResult, restore_partitions
 from streams_app.transport.base import AdminClient, ConsumerClient, TopicPartition
-
-log = logging.getLogger(__name__)
 
 
 class TaskManager:
@@ -36,6 +34,8 @@ class TaskManager:
         self.tasks: dict[TaskId, Task] = {}
         self.by_tp: dict[TopicPartition, Task] = {}
         self.restores: list[RestoreResult] = []
+        #: Reports restores (log lines or a progress bar, metrics); set by the worker.
+        self.progress: RestoreProgress | None = None
 
     def task_id(self, tp: TopicPartition) -> TaskId:
         count = self.plan.partition_counts[tp.topic]
@@ -109,19 +109,19 @@ class TaskManager:
         for task in tasks:
             partitions.update(self.changelog_partitions(task))
         if partitions:
-            results = await restore_partitions(partitions, consumer, admin, stall_timeout=timeout)
-            for result in results.values():
-                self.restores.append(result)
-                if result.read_anything or result.wiped:
-                    log.info(
-                        "restored %s[%d]: %d records (%d -> %d)%s in %.2fs",
-                        result.changelog.topic,
-                        result.changelog.partition,
-                        result.records,
-                        result.from_offset,
-                        result.to_offset,
-                        " after wiping" if result.wiped else "",
-                        result.seconds,
-                    )
+            progress = self.progress
+            if progress is not None:
+                progress.begin()
+            ok = False
+            try:
+                results = await restore_partitions(
+                    partitions, consumer, admin, stall_timeout=timeout, on_progress=progress
+                )
+                ok = True
+            finally:
+                if progress is not None:
+                    progress.end(ok)
+            # restore_partitions logged each partition; the progress, the whole restore.
+            self.restores.extend(results.values())
         for task in tasks:
             task.state = RUNNING

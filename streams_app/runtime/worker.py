@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,21 +25,26 @@ from streams_app.runtime import guarantees
 from streams_app.runtime.actor import AgentRunner
 from streams_app.runtime.broker_limits import check_broker_limits, check_topic_limits
 from streams_app.runtime.clock import Clock, SystemClock
-from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN, Committer
+from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN
 from streams_app.runtime.errors_policy import (
     Decision,
     ErrorPolicy,
     Failure,
     dead_letter_headers,
 )
+from streams_app.runtime.lag import running_lag
+from streams_app.runtime.measured_commit import MeasuredCommitter
+from streams_app.runtime.metrics import WorkerMetrics
 from streams_app.runtime.partition_group import PartitionGroup
 from streams_app.runtime.producer import StreamsProducer
+from streams_app.runtime.progress import CatchUpMonitor, RestoreProgress, interactive_stream
 from streams_app.runtime.punctuator import CallbackFailed, Punctuator
 from streams_app.runtime.state_memory import log_state_memory
 from streams_app.runtime.stream_time import decode_metadata
 from streams_app.runtime.task import RUNNING, Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.topology import TopologyPlan, plan_topology
+from streams_app.runtime.web import WebServer
 from streams_app.settings import AT_MOST_ONCE, Settings
 from streams_app.state.base import Store
 from streams_app.state.budget import StateMemory
@@ -123,7 +130,12 @@ class Worker:
         self._restore_consumer: ConsumerClient | None = None
         self._producer: StreamsProducer | None = None
         self._tasks: TaskManager | None = None
-        self._committer: Committer | None = None
+        self._committer: MeasuredCommitter | None = None
+        #: What /metrics exports (plain counters; see runtime.metrics).
+        self.metrics = WorkerMetrics()
+        #: The web server (None: web_enabled is off, or not started yet).
+        self.web: WebServer | None = None
+        self._catch_up: asyncio.Task[None] | None = None
 
     # -- accessors (valid once started) ---------------------------------------------------
 
@@ -143,7 +155,7 @@ class Worker:
         return self._tasks
 
     @property
-    def committer(self) -> Committer:
+    def committer(self) -> MeasuredCommitter:
         assert self._committer is not None, "worker not started"
         return self._committer
 
@@ -170,6 +182,15 @@ class Worker:
                 current_runtime.reset(token)
                 self.stopped.set()
 
+    @property
+    def web_url(self) -> str | None:
+        """``http://host:port`` of this worker's web server (None when it has none)."""
+        return self.web.url if self.web is not None else None
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested.is_set()
+
     def request_stop(self) -> None:
         """Graceful stop: finish the current batch, commit, close (SIGTERM does this)."""
         self._stop_requested.set()
@@ -191,6 +212,9 @@ class Worker:
             self.transport.address,
         )
         self.directory = StateDirectory(conf.state_dir, conf.id)
+        if conf.web_enabled:  # first: /health answers during start; a port in use stops us now
+            self.web = WebServer(self)
+            await self.web.start()
         admin = self.transport.admin()
         await admin.start()  # raises BrokerUnavailable naming the address
         self._admin = admin
@@ -218,6 +242,9 @@ class Worker:
         self._tasks = TaskManager(
             self.plan, self.stores, self.memory.cache, group_factory=self._partition_group
         )
+        self._tasks.progress = RestoreProgress(
+            self.metrics, conf.progress_interval, stream=interactive_stream(log)
+        )
         if self.stores:
             log_state_memory(conf, self.plan, options)
 
@@ -229,10 +256,12 @@ class Worker:
         await self._producer.start()  # exactly-once: fences our previous incarnation
         self._restore_consumer = self.transport.consumer(guarantees.restore_consumer_config(conf))
         await self._restore_consumer.start()
-        self._consumer = self.transport.consumer(guarantees.consumer_config(conf))
+        self._consumer = self.transport.consumer(
+            dataclasses.replace(guarantees.consumer_config(conf), application_server=self.web_url)
+        )
         await self._consumer.start()
         plan = self.plan
-        self._committer = Committer(
+        self._committer = MeasuredCommitter(
             conf.processing_guarantee,
             self._producer,
             self._consumer,
@@ -241,14 +270,29 @@ class Worker:
             clear_inboxes=self.runner.clear_inboxes,
             clock=self.clock,
             uncommitted=self.memory.uncommitted,
+            metrics=self.metrics,
         )
         now = self.clock.monotonic()
         self._timer_due = {t.name: now + t.interval for t in self._wall_timers}
         self._consumer.subscribe(self.plan.input_topics, _RebalanceListener(self))
+        self._catch_up = asyncio.ensure_future(self._catch_up_monitor().run())
         self.started.set()
         log.info("worker %s started; inputs %s", conf.id, ", ".join(self.plan.input_topics))
 
+    def _catch_up_monitor(self) -> CatchUpMonitor:
+        consumer, tasks = self.consumer, self.tasks
+        return CatchUpMonitor(
+            lambda: running_lag(tasks, consumer),
+            lambda: self.records_processed,
+            lambda: self.metrics.rebalances,
+            interval=self.conf.progress_interval,
+            threshold=self.conf.max_poll_records,
+            stream=interactive_stream(log),
+        )
+
     async def _shutdown(self) -> None:
+        if self._catch_up is not None:
+            self._catch_up.cancel()
         if self._committer is not None and self._tasks is not None:
             async with self._lock:
                 if self.error is None:
@@ -276,6 +320,8 @@ class Worker:
             store.close()
         if self.directory is not None:
             self.directory.close()
+        if self.web is not None:
+            await self.web.stop()
 
     async def _safe_abort(self) -> None:
         try:
@@ -364,6 +410,7 @@ class Worker:
         return {tp: records[-1].offset + 1 for tp, records in batch.items() if records}
 
     async def _process(self, batch: Mapping[TopicPartition, Sequence[RecordLike]]) -> None:
+        started = time.perf_counter()
         by_tp = self.tasks.by_tp
         processed = 0
         for tp, records in batch.items():
@@ -391,6 +438,7 @@ class Worker:
         self.records_processed += processed
         self.committer.records_since_commit += processed
         await self._sync_positions(batch)
+        self.metrics.batch_seconds.observe(time.perf_counter() - started)
 
     async def _check_agents(self) -> None:
         await self.runner.wait_idle()
@@ -557,6 +605,7 @@ class Worker:
                     current_event.reset(token)
             offsets[tp] = offset + 1
             count += 1
+        self.metrics.count_in(tp.topic, count)
         return count
 
     async def _dead_letter(
@@ -587,6 +636,7 @@ class Worker:
             ),
         )
         self.dead_lettered += 1
+        self.metrics.dead_letter(record.topic)
 
     # -- failure handling -----------------------------------------------------------------
 
@@ -723,6 +773,7 @@ class _RebalanceListener:
         async with worker._lock:
             consumer = worker.consumer
             worker.committer.group = consumer.group_metadata()
+            worker.metrics.rebalances += 1
             tps = sorted(TopicPartition(tp[0], tp[1]) for tp in assigned)
             tasks = worker.tasks.assign(tps)
             if not tps:

@@ -116,7 +116,8 @@ async def restore_partitions(
     ``partitions`` maps each changelog partition to the store partition it restores. The
     ``consumer`` must be a started, ``read_committed`` consumer in no group, dedicated to
     restoring: it is assigned the partitions that need reading and unassigned when done (or on
-    error). ``on_progress(changelog, position, end)`` is called after each applied batch.
+    error). ``on_progress(changelog, position, end)`` is called once per partition to read when
+    reading starts (``position`` is then the start offset) and after each batch that moved it.
 
     Raises :class:`RestoreStalledError` when a partition makes no progress for
     ``stall_timeout`` seconds. Partitions restored before that keep their progress (each batch
@@ -180,8 +181,10 @@ async def restore_partitions(
     )
     consumer.assign(list(plans))
     try:
-        for tp, (_, _, start, _) in plans.items():
+        for tp, (_, _, start, end) in plans.items():
             consumer.seek(tp, start)
+            if on_progress is not None:
+                on_progress(tp, start, end)
         results.update(
             await _read(
                 plans,

@@ -181,6 +181,8 @@ class TopologyDriver:
         self.backend = backend
         self.clock: ManualClock = backend.clock
         self.initial_workers = workers
+        #: No web server unless asked for (``web_enabled=True, web_port=0`` to test pages).
+        settings.setdefault("web_enabled", False)
         self.settings = settings
         self.real_timeout = real_timeout
         self.max_idle_time = max_idle_time

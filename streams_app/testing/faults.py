@@ -229,6 +229,9 @@ class HarnessTransport:
         self.admins.append(admin)
         return admin
 
+    def partition_for_key(self, key: bytes, partitions: int) -> int:
+        return self.inner.partition_for_key(key, partitions)
+
 
 async def kill_or_stop(inner: Any) -> None:
     """Close a dead worker's client the way a killed process leaves it: the in-memory clients
@@ -388,6 +391,16 @@ class HarnessConsumer:
         # The group id stays the broker's (suffixed) one: it goes back to the producer as is.
         self.switch.refuse()
         return self.inner.group_metadata()
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return self.inner.highwater(self.names.tp(tp))
+
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        return self.inner.last_stable_offset(self.names.tp(tp))
+
+    def partition_hosts(self) -> Mapping[TopicPartition, str]:
+        local = self.names.local_tp
+        return {local(tp): address for tp, address in self.inner.partition_hosts().items()}
 
 
 class HarnessProducer:

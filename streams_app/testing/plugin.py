@@ -13,6 +13,9 @@ Installing streams_app gives a test suite these fixtures:
   we are root) on 127.0.0.1 and a free port for the whole session, fsync off;
 - ``postgres_dsn``: a fresh database on it for one test (needs the ``postgres`` extra).
 
+Workers started while the plugin is active serve their web server on any free port
+(``STREAMS_APP_WEB_PORT=0`` unless set): ``worker.web_url`` says where.
+
 Set ``STREAMS_APP_TEST_BOOTSTRAP`` to run against a broker you started yourself (for example the
 ``docker-compose.yml`` one) instead of the embedded one.
 
@@ -161,6 +164,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Every worker a test starts (in this process or as a child process) serves its web
+    # server on a free port: several run at once, and 6066 may be taken by a developer's own.
+    os.environ.setdefault("STREAMS_APP_WEB_PORT", "0")
     config.addinivalue_line(
         "markers",
         "streams_backends(*names): run this topology_driver test on these backends only "

@@ -9,6 +9,7 @@ guessed with sleeps.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from pathlib import Path
 #: Lines the worker logs at info level that tests wait for.
 STARTED = "started; inputs"
 ASSIGNED = "assigned "
+WEB = "web server on http"
+_WEB_URL = re.compile(r"web server on (http://\S+) ")
 
 
 class WorkerProcess:
@@ -41,6 +44,9 @@ class WorkerProcess:
         self.name = name
         self.cwd = cwd or Path.cwd()
         self.env = dict(os.environ)
+        # Several workers run on one machine: each web server on a free port (logged as
+        # "web server on http://...": see ``web_url``), unless the test chooses one.
+        self.env.setdefault("STREAMS_APP_WEB_PORT", "0")
         self.env.update(env or {})
         self.env["PYTHONPATH"] = os.pathsep.join(
             p for p in [str(self.cwd), self.env.get("PYTHONPATH", "")] if p
@@ -157,6 +163,18 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
+
+    @property
+    def web_url(self) -> str | None:
+        """The address of this run's web server, from its log line (None until logged)."""
+        found = _WEB_URL.findall(self.log_since_start())
+        return found[-1] if found else None
+
+    def wait_web_url(self, timeout: float = 60.0) -> str:
+        self.wait_for_log(WEB, timeout)
+        url = self.web_url
+        assert url is not None
+        return url
 
     def tail(self, lines: int = 40) -> str:
         text = self.log_since_start()

@@ -106,6 +106,10 @@ class ConsumerConfig:
     fetch_max_wait_ms: int = 100
     rebalance_timeout_ms: int | None = None
     client_id: str = "streams-app"
+    #: Where this member's web server is (``http://host:port``), published to the group so
+    #: every member knows which address owns which partition (Kafka Streams'
+    #: ``application.server``); None publishes nothing.
+    application_server: str | None = None
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,21 @@ class ConsumerClient(Protocol):
 
     def group_metadata(self) -> GroupMetadata:
         """The membership as of now (the runtime snapshots it at assignment)."""
+        ...
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The partition's end offset as of the last fetch response (no request; None before
+        one): what consumer lag is measured against."""
+        ...
+
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        """The partition's last stable offset as of the last fetch response (None before one):
+        read_committed readers cannot pass it while a transaction is open before it."""
+        ...
+
+    def partition_hosts(self) -> Mapping[TopicPartition, str]:
+        """Which member's ``application_server`` owns each partition of the group, as of the
+        last assignment (empty when the members publish no address)."""
         ...
 
 
@@ -352,3 +371,8 @@ class Transport(Protocol):
     def producer(self, config: ProducerConfig) -> ProducerClient: ...
 
     def admin(self) -> AdminClient: ...
+
+    def partition_for_key(self, key: bytes, partitions: int) -> int:
+        """The partition the default partitioner sends ``key`` to (murmur2, as Kafka's Java
+        client): where a table's key lives, for interactive queries."""
+        ...

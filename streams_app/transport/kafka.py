@@ -31,7 +31,7 @@ from typing import Any
 
 import aiokafka.errors as aerrors
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.partitioner import murmur2
 from aiokafka.structs import OffsetAndMetadata
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
@@ -49,6 +49,7 @@ from streams_app.kafka import (
 )
 from streams_app.kafka import logs as kafka_logs
 from streams_app.kafka.admin import unavailable
+from streams_app.kafka.assignor import AddressRangeAssignor
 from streams_app.transport.base import (
     BrokerLimits,
     CommittedOffset,
@@ -204,6 +205,9 @@ class KafkaTransport:
     def admin(self) -> KafkaAdminClient:
         return KafkaAdminClient(self._bootstrap, self._security, self.principal)
 
+    def partition_for_key(self, key: bytes, partitions: int) -> int:
+        return (int(murmur2(key)) & 0x7FFFFFFF) % partitions
+
 
 # -- consumer ------------------------------------------------------------------------------
 
@@ -261,6 +265,8 @@ class KafkaConsumerClient:
         self._pending: tuple[str, Any] | None = None
         self._listener_error: Exception | None = None
         self._leaving: asyncio.Task[None] | None = None
+        #: Range assignment that also publishes ``application_server`` to the group.
+        self._assignor = AddressRangeAssignor(config.application_server)
 
     @property
     def _c(self) -> StableConsumer:
@@ -285,7 +291,7 @@ class KafkaConsumerClient:
             # Java's default; aiokafka's (the session timeout) drops a member whose
             # revocation commit takes longer than the session timeout.
             rebalance_timeout_ms=config.rebalance_timeout_ms or config.max_poll_interval_ms,
-            partition_assignment_strategy=(RangePartitionAssignor,),
+            partition_assignment_strategy=(self._assignor,),
             **self._security,
         )
         try:
@@ -437,6 +443,27 @@ class KafkaConsumerClient:
             return self._consumer.group_metadata()
         except aerrors.IllegalOperation as exc:
             raise TransportError(str(exc)) from exc
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        if self._consumer is None:
+            return None
+        try:
+            found = self._consumer.highwater(_aio(tp))
+        except (AssertionError, AttributeError, aerrors.IllegalStateError):
+            return None  # not assigned (any more), or no subscription yet
+        return None if found is None else int(found)
+
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        if self._consumer is None:
+            return None
+        try:
+            found = self._consumer.last_stable_offset(_aio(tp))
+        except (AssertionError, AttributeError, aerrors.IllegalStateError):
+            return None
+        return None if found is None or found < 0 else int(found)
+
+    def partition_hosts(self) -> Mapping[TopicPartition, str]:
+        return {_ours(tp): address for tp, address in self._assignor.hosts.items()}
 
 
 # -- producer ------------------------------------------------------------------------------

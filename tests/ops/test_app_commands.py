@@ -99,6 +99,9 @@ def test_status_tables_and_reset_of_a_running_app(
         assert f"ks-{suffix}-consumer" in text  # the member's client id
         member = re.search(rf"^(\S+)\s+ks-{suffix}-consumer\s", text, re.M)
         assert member, text
+        # The member's web server, as it published it to the group (the WEB column).
+        web = worker.web_url
+        assert web and re.search(rf"ks-{suffix}-consumer\s+\S+\s+{re.escape(web)}\s", text), text
         ends = []
         for p in range(4):  # task, partition, owner, committed, end, lag
             row = re.search(

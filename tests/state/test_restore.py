@@ -155,7 +155,7 @@ async def test_restore_committed_state_then_only_the_tail_then_wipe_when_beyond_
     assert first.records == 6 and not first.wiped and first.read_anything
     assert part.changelog_offset == 11
     assert dict(part.items()) == {b"k1": b"v1b", b"k3": b"v3", b"k5": b"v5"}
-    assert progress and progress[-1] == (11, 11)
+    assert progress[0] == (0, 11) and progress[-1] == (11, 11)  # the start, then the end
     assert consumer.consumer.assignment() == set()  # unassigned when done
 
     # More commits (and an aborted transaction at the very end): only the tail is read.

@@ -47,3 +47,12 @@ async def reserve(stream):  # type: ignore[no-untyped-def]
 async def restock(stream):  # type: ignore[no-untyped-def]
     async for item, qty in stream.items():
         stock[item] += qty
+
+
+@app.page("/stock/{item}")
+async def stock_page(web, request, item):  # type: ignore[no-untyped-def]
+    """This worker's committed stock of ``item`` (``/tables/stock/ITEM`` asks the owner)."""
+    local = dict(stock.local_items())
+    if item not in local:
+        return web.notfound("no committed stock on this worker", item=item)
+    return web.json({"item": item, "stock": local[item]})

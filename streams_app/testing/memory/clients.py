@@ -12,6 +12,8 @@ import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from aiokafka.partitioner import murmur2
+
 from streams_app.testing.clock import Parked, wake_all
 from streams_app.testing.memory.broker import (
     Group,
@@ -69,6 +71,9 @@ class MemoryTransport:
 
     def admin(self) -> MemoryAdmin:
         return MemoryAdmin(self.broker, self.owner)
+
+    def partition_for_key(self, key: bytes, partitions: int) -> int:
+        return (int(murmur2(key)) & 0x7FFFFFFF) % partitions
 
     def __repr__(self) -> str:
         return f"MemoryTransport({self.broker.name!r}, owner={self.owner!r})"
@@ -427,6 +432,29 @@ class MemoryConsumer(_Client):
         if self.member is None:
             return GroupMetadata(group.group_id, -1, "")
         return group.metadata(self.member.member_id)
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        if _tp(tp) not in self._assignment:
+            return None
+        return self.broker.log(_tp(tp)).high_watermark
+
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        if _tp(tp) not in self._assignment:
+            return None
+        return self.broker.log(_tp(tp)).last_stable_offset
+
+    def partition_hosts(self) -> Mapping[TopicPartition, str]:
+        """Every member's ``application_server`` and its partitions of the current generation,
+        as the real group's leader distributes them."""
+        group = self.group
+        if group is None or self.member is None:
+            return {}
+        hosts: dict[TopicPartition, str] = {}
+        for member in group.members.values():
+            address = member.consumer.config.application_server
+            if address and member.generation == group.generation:
+                hosts.update(dict.fromkeys(member.assignment, address))
+        return hosts
 
     def __repr__(self) -> str:
         return f"<MemoryConsumer {self.config.client_id} owner={self.owner}>"

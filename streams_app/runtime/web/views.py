@@ -1,0 +1,126 @@
+"""What ``/health``, ``/ready`` and ``/assignment`` say about a worker: plain data, no HTTP.
+
+- **health** (Kubernetes liveness): the worker's event loop answers and the worker has not
+  stopped or failed. A worker that is restoring for ten minutes is alive.
+- **ready** (Kubernetes readiness): started, holding an assignment of the current generation
+  (not in the middle of a rebalance), every task restored and running, not stopping. As Kafka
+  Streams' ``State.RUNNING``: a worker in a rebalance or a restore is not ready, and its pod
+  leaves a Service's endpoints until it is.
+- **assignment**: this worker's tasks, their partitions with position / committed / end offsets
+  and lag, their table partitions with the changelog offset the local store holds, the standby
+  tasks, and the group's map of which address owns which partition.
+
+Nothing here carries settings, record keys or values: these answers are for anyone who can
+reach the port.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from streams_app.runtime.lag import partition_lags
+from streams_app.runtime.task import RUNNING, Task
+
+if TYPE_CHECKING:
+    from streams_app.runtime.worker import Worker
+
+
+def health(worker: Worker) -> tuple[bool, dict[str, Any]]:
+    if worker.error is not None:
+        return False, {"status": "failed", "error": type(worker.error).__name__}
+    if worker.stopped.is_set():
+        return False, {"status": "stopped"}
+    return True, {"status": "ok", "app": worker.conf.id}
+
+
+def readiness(worker: Worker) -> tuple[bool, dict[str, Any]]:
+    """(ready, why): the checks in order, the first that fails is the reason."""
+    alive, about = health(worker)
+    if not alive:
+        return False, {"ready": False, "reason": about["status"], **about}
+    if not worker.started.is_set():
+        return False, {"ready": False, "reason": "starting"}
+    if worker.stop_requested:
+        return False, {"ready": False, "reason": "stopping"}
+    committer = worker._committer
+    tasks = worker._tasks
+    if committer is None or tasks is None or committer.group is None:
+        return False, {"ready": False, "reason": "waiting for an assignment (rebalancing)"}
+    restoring = [str(t.id) for t in tasks.tasks.values() if t.state != RUNNING]
+    if restoring:
+        return False, {"ready": False, "reason": "restoring", "restoring_tasks": restoring}
+    return True, {
+        "ready": True,
+        "generation": committer.group.generation_id,
+        "tasks": len(tasks.tasks),
+    }
+
+
+def standby_tasks(worker: Worker) -> list[Task]:
+    """Standby replicas of other workers' tasks held by this worker: none yet.
+
+    The hook for standbys (``num_standby_replicas``, another change): when the task manager
+    keeps them, return them here and ``/assignment`` lists them with the same fields as active
+    tasks (their changelog offsets, and how far they are behind the changelog's end).
+    """
+    return []
+
+
+def _task_view(task: Task, worker: Worker, lags: dict[Any, Any]) -> dict[str, Any]:
+    plan = worker.plan
+    partitions = []
+    for tp in sorted(task.partitions):
+        entry = lags.get(tp)
+        partitions.append(
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "position": task.offsets.get(tp),
+                "committed": task.committed.get(tp),
+                "end": entry.end if entry else None,
+                "lag": entry.lag if entry else None,
+            }
+        )
+    tables = []
+    if plan is not None:
+        for name in plan.tables_by_group.get(task.id.group, ()):
+            store = worker.stores.get(name)
+            tables.append(
+                {
+                    "table": name,
+                    "changelog": plan.changelog_topics[name],
+                    "partition": task.id.partition,
+                    "changelog_offset": (
+                        store.partition(task.id.partition).changelog_offset if store else None
+                    ),
+                }
+            )
+    return {"id": str(task.id), "state": task.state, "partitions": partitions, "tables": tables}
+
+
+def assignment(worker: Worker) -> dict[str, Any]:
+    tasks = worker._tasks
+    committer = worker._committer
+    group = committer.group if committer is not None else None
+    lags = {}
+    if tasks is not None and worker._consumer is not None:
+        lags = {entry.tp: entry for entry in partition_lags(tasks, worker.consumer)}
+    active = (
+        [_task_view(task, worker, lags) for _, task in sorted(tasks.tasks.items())]
+        if tasks is not None
+        else []
+    )
+    hosts: dict[str, dict[str, list[int]]] = defaultdict(dict)
+    if worker._consumer is not None:
+        for tp, address in sorted(worker.consumer.partition_hosts().items()):
+            hosts[address].setdefault(tp.topic, []).append(tp.partition)
+    return {
+        "app": worker.conf.id,
+        "url": worker.web_url,
+        "member_id": group.member_id if group else None,
+        "generation": group.generation_id if group else None,
+        "tasks": active,
+        "standbys": [_task_view(task, worker, lags) for task in standby_tasks(worker)],
+        "hosts": dict(hosts),
+    }
