@@ -4,7 +4,9 @@
 
 Prints the tables as Markdown; with ``--write`` replaces the part of the file between the
 ``<!-- bench-results:begin -->`` and ``<!-- bench-results:end -->`` markers, so that the
-document's figures are always those of one whole ``make bench`` run.
+document's figures are always those of one whole ``make bench`` run. The recovery figures
+(``make bench BENCH_ARGS=--recovery``, kept under ``recovery`` in the same file) go between
+``<!-- bench-recovery:begin -->`` and ``<!-- bench-recovery:end -->``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,13 @@ from pathlib import Path
 from typing import Any
 
 BEGIN, END = "<!-- bench-results:begin -->", "<!-- bench-results:end -->"
+
+RECOVERY_ROWS = {
+    "standby": "SIGKILL, failover to a worker with a standby (table_standby_replicas=1)",
+    "no-standby": "SIGKILL, failover to a worker without a standby",
+    "restart": "SIGKILL, the same worker restarted on its intact state dir",
+    "full-restore": "SIGKILL, the same worker restarted on an empty state dir",
+}
 
 RATIO_NAMES = {
     "eos_over_kstreams_eos": "streams_app EOS / Kafka Streams EOS v2",
@@ -125,26 +134,107 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def write(document: Path, block: str) -> None:
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def render_recovery(recovery: dict[str, Any]) -> str:
+    """The recovery table: medians per scenario, and what the end-to-end figure includes."""
+    settings = recovery["settings"]
+    summary = recovery["summary"]
+    runs = recovery["runs"]
+    out = [
+        f"A table of {settings['keys']:,} keys ({settings['partitions']} partitions, one "
+        f"changelog record per key), {settings['rate']:,} input records/s during the failover; "
+        f"session_timeout {settings['session_timeout']:g} s, heartbeat_interval "
+        f"{settings['heartbeat_interval']:g} s; medians of {settings['repeat']} round(s) "
+        f"(runs with a correct output only).",
+        "",
+        "| scenario | kill → assigned | assigned → first output ¹ | kill → first output ² | "
+        "records restored | restore | worker CPU ³ | runs |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind, label in RECOVERY_ROWS.items():
+        row = summary.get(kind)
+        if row is None:
+            continue
+        total = _seconds(row["kill_to_output"])
+        if row.get("restart_to_output") is not None:
+            total += f" (restart → output {_seconds(row['restart_to_output'])})"
+        records = row["restore_records"]
+        out.append(
+            f"| {label} | {_seconds(row['kill_to_assigned'])} | "
+            f"{_seconds(row['assigned_to_output'])} | {total} | "
+            f"{_num(records)} | {_seconds(row['restore_seconds'])} | "
+            f"{_num(row['survivor_cpu_s'], 2)} s | {row['runs']} |"
+        )
+    wrong = [r for r in runs if not r.get("correct")]
+    out += [
+        "",
+        "¹ From the new owner's assignment (the rebalance that gives it the task) to the task's "
+        "first new output visible to a read_committed reader: fencing the dead worker's "
+        "transactional id, committed offsets, the changelog restore, the first transaction.",
+        "² End to end: the group notices a SIGKILLed member only when its session times out "
+        "(a worker that stops cleanly leaves at once), then rebalances; a restarted worker "
+        "must also start its process.",
+        "³ CPU seconds of the worker that took over, from the kill until its first output "
+        "(for a restart: of the new process since it started).",
+    ]
+    steady = {k: v.get("steady_cpu_s_per_s") for k, v in summary.items()}
+    sizes = {k: v.get("state_bytes") for k, v in summary.items()}
+    if steady.get("standby") is not None and steady.get("no-standby") is not None:
+        out += [
+            "",
+            f"What the standby costs while nothing fails (two workers, same load): "
+            f"{steady['standby']:.2f} CPU seconds per second with a standby against "
+            f"{steady['no-standby']:.2f} without; state directories "
+            f"{_num((sizes.get('standby') or 0) / 1e6, 0)} MB against "
+            f"{_num((sizes.get('no-standby') or 0) / 1e6, 0)} MB.",
+        ]
+    if wrong:
+        out += ["", "Runs that failed (left out of the medians):", ""]
+        out += [
+            f"- {r['kind']} #{r['repeat']}: {'; '.join(r.get('problems') or [])}" for r in wrong
+        ]
+    return "\n".join(out) + "\n"
+
+
+def write(document: Path, block: str, begin: str = BEGIN, end: str = END) -> None:
     text = document.read_text()
-    head, sep, rest = text.partition(BEGIN)
-    if not sep or END not in rest:
-        raise SystemExit(f"{document} has no {BEGIN} ... {END} block")
-    _, _, tail = rest.partition(END)
-    document.write_text(f"{head}{BEGIN}\n{block}{END}{tail}")
+    head, sep, rest = text.partition(begin)
+    if not sep or end not in rest:
+        raise SystemExit(f"{document} has no {begin} ... {end} block")
+    _, _, tail = rest.partition(end)
+    document.write_text(f"{head}{begin}\n{block}{end}{tail}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="?", default="bench-results.json", type=Path)
     parser.add_argument("--write", type=Path, help="replace the results block of this file")
+    parser.add_argument(
+        "--recovery-block",
+        default="",
+        help="write the recovery table between <!-- bench-recovery-NAME:begin/end --> instead "
+        "(a second configuration, e.g. a short session timeout)",
+    )
     args = parser.parse_args()
-    block = render(json.loads(args.results.read_text()))
+    result = json.loads(args.results.read_text())
+    blocks = []
+    if "runs" in result:
+        blocks.append((render(result), BEGIN, END))
+    if "recovery" in result:
+        name = f"bench-recovery-{args.recovery_block}" if args.recovery_block else "bench-recovery"
+        blocks.append(
+            (render_recovery(result["recovery"]), f"<!-- {name}:begin -->", f"<!-- {name}:end -->")
+        )
+    for block, begin, end in blocks:
+        if args.write:
+            write(args.write, block, begin, end)
+        else:
+            print(block)
     if args.write:
-        write(args.write, block)
         print(f"updated {args.write}")
-    else:
-        print(block, end="")
 
 
 if __name__ == "__main__":

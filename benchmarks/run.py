@@ -660,7 +660,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from streams_app.broker.cluster import EmbeddedKafka
     from streams_app.broker.node import DEFAULT_JVM_OPTS
 
-    base = [SYSTEMS[s] for s in args.systems.split(",")]
+    # The recovery mode runs only streams_app workers: no peer to build or import.
+    base = [] if args.recovery else [SYSTEMS[s] for s in args.systems.split(",")]
     systems = list(base)
     for item in args.compare:
         # A/B: the same systems from another checkout (e.g. a git worktree of the previous
@@ -708,6 +709,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 settings={"group.initial.rebalance.delay.ms": "3000"},
             ).start()
             bootstrap, broker_pid = kafka.bootstrap_servers, kafka.node(1).pid
+        if args.recovery:  # benchmarks/recovery.py: failover and restore times only
+            from benchmarks.recovery import bench_recovery
+
+            return {
+                "recovery": await bench_recovery(args, bootstrap, workdir),
+                "machine": machine(),
+                "versions": versions(),
+            }
         await create_topics(bootstrap, args.partitions)
         t0 = time.monotonic()
         await preload(bootstrap, args.records, args.keys, args.value_bytes, args.seed)
@@ -875,6 +884,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--profile-dir", default="bench-profiles")
     parser.add_argument("--profiler", choices=("py-spy", "pyinstrument"), default="py-spy")
+    parser.add_argument(
+        "--recovery",
+        action="store_true",
+        help="instead of throughput: failover and restore times with and without standbys "
+        "(benchmarks/recovery.py); merged into --out under 'recovery'",
+    )
+    parser.add_argument("--recovery-keys", type=int, default=1_000_000, help="table size")
+    parser.add_argument(
+        "--recovery-scenarios",
+        default="standby,no-standby,restarts",
+        help="which of standby, no-standby, restarts (restart and full-restore) to run",
+    )
+    parser.add_argument(
+        "--rate", type=int, default=1000, help="input records/s during the recovery runs"
+    )
+    parser.add_argument(
+        "--recovery-session-timeout",
+        type=float,
+        default=10.0,
+        help="session_timeout of the recovery runs' workers (default: streams_app's)",
+    )
+    parser.add_argument(
+        "--recovery-heartbeat",
+        type=float,
+        default=3.0,
+        help="heartbeat_interval of the recovery runs' workers (default: streams_app's)",
+    )
     parser.add_argument("--out", default="bench-results.json")
     parser.add_argument("--keep", action="store_true", help="keep worker logs and state")
     parser.add_argument(
@@ -900,6 +936,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     result = asyncio.run(main_async(args))
     result["wall_seconds"] = round(time.monotonic() - started, 1)
+    if args.recovery:
+        return _write_recovery(args, result)
     print()
     print(table(result["runs"]))
     print()
@@ -919,6 +957,27 @@ def main(argv: list[str] | None = None) -> int:
         print(database_table(result["database"]))
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out} ({result['wall_seconds']:.0f}s in all)")
+    return 0
+
+
+def _write_recovery(args: argparse.Namespace, result: dict[str, Any]) -> int:
+    """Print the recovery summary; put it under ``recovery`` in ``--out``, keeping the rest of
+    an existing file (the throughput rounds of an earlier ``make bench``)."""
+    from benchmarks.report import render_recovery
+
+    recovery = result["recovery"]
+    recovery["wall_seconds"] = result["wall_seconds"]
+    recovery["machine"] = result["machine"]
+    print()
+    print(render_recovery(recovery), end="")
+    out = Path(args.out)
+    existing: dict[str, Any] = {}
+    if out.exists():
+        with contextlib.suppress(ValueError):
+            existing = json.loads(out.read_text())
+    existing["recovery"] = recovery
+    out.write_text(json.dumps(existing, indent=2) + "\n")
+    print(f"wrote {args.out} (recovery; {result['wall_seconds']:.0f}s in all)")
     return 0
 
 

@@ -124,6 +124,17 @@ class Settings:
     rocksdb_memtable_bytes: int = 256 * 1024 * 1024
     #: Files each table partition's RocksDB keeps open (its table cache); -1: all, unbounded.
     rocksdb_max_open_files: int = 64
+    #: Warm copies of each task's tables kept by other workers (Faust's name; Kafka Streams'
+    #: ``num.standby.replicas``): a failover then restores only a short changelog tail.
+    table_standby_replicas: int = 0
+    #: Changelog records a worker may be behind on a task and still count as caught up: the
+    #: assignor moves an active task only to a caught-up worker (Kafka Streams' default).
+    acceptable_recovery_lag: int = 10_000
+    #: Extra standbys ("warm-ups") the group may run at once to move tasks to workers that have
+    #: no state for them yet; the move happens at a probing rebalance, once they caught up.
+    max_warmup_replicas: int = 2
+    #: Seconds between the probing rebalances that move warmed-up tasks (Kafka Streams: 10 min).
+    probing_rebalance_interval: float = 600.0
     producer_linger_ms: int = 5
     producer_max_batch_size: int = 256 * 1024
     #: Largest produce request (one record plus overhead) the producer sends; Kafka's
@@ -391,6 +402,7 @@ class Settings:
         _seconds(self, "heartbeat_interval", "e.g. 3, a third of session_timeout")
         _seconds(self, "max_poll_interval", "e.g. 300")
         _seconds(self, "restore_timeout", "e.g. 300")
+        _seconds(self, "probing_rebalance_interval", "e.g. 600 (Kafka Streams' 10 minutes)")
         _seconds(self, "progress_interval", "e.g. 5")
         if isinstance(self.max_task_idle, bool) or not isinstance(self.max_task_idle, int | float):
             raise ConfigError(
@@ -450,6 +462,9 @@ class Settings:
         _count(self, "producer_linger_ms", 0, "e.g. 5 (milliseconds)", _MAX_MS)
         _count(self, "producer_max_batch_size", 1, "e.g. 262144 (bytes)", _MAX_MS)
         _count(self, "max_request_size", 1, "e.g. 1048576 (bytes)", _MAX_MS)
+        _count(self, "table_standby_replicas", 0, "e.g. 1 (0: no standbys)", 32)
+        _count(self, "acceptable_recovery_lag", 0, "e.g. 10000 (changelog records)", 2**63 - 1)
+        _count(self, "max_warmup_replicas", 1, "e.g. 2", 1_000_000)
         if self.producer_max_batch_size > self.max_request_size:
             raise ConfigError(
                 "producer_max_batch_size",

@@ -150,6 +150,16 @@ def _show_progress(args: argparse.Namespace) -> None:
     if str(getattr(args, "loglevel", "warning")).lower() in ("warning", "info", "debug"):
         logging.getLogger("streams_app.spark.progress").setLevel(logging.INFO)
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    # Py4J also logs "Exception while sending command." with a traceback through the *root*
+    # logger (logging.exception in java_gateway), which its own logger's level does not cover.
+    logging.getLogger().addFilter(_NotFromPy4J())
+
+
+class _NotFromPy4J(logging.Filter):
+    """Drops records that Py4J logs through the root logger (the driver's death is one line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"{os.sep}py4j{os.sep}" not in record.pathname
 
 
 def _run_pipeline(args: argparse.Namespace) -> int:

@@ -11,7 +11,10 @@ round trip, and never a stale owner once a rebalance completes.
 The assignment itself is aiokafka's range assignment, unchanged, under the same protocol name
 (``range``): a group can mix workers that publish an address with workers that do not (older
 versions), and an older leader simply distributes no map (queries for keys owned elsewhere are
-then answered "owner unknown" instead of redirected).
+then answered "owner unknown" instead of redirected). A worker offers it second, after the
+runtime's own ``streams_app`` protocol (standbys, KIP-441), whose adapter in
+``streams_app.transport.kafka`` carries the same address data and fills the same ``hosts``
+map; range is what a group falls back to while it has members of an older version.
 
 aiokafka calls an assignor's ``metadata``, ``assign`` and ``on_assignment`` through whatever
 object is in ``partition_assignment_strategy``; an instance (one per consumer) keeps the

@@ -88,6 +88,17 @@ class _StableGroupCoordinator(GroupCoordinator):  # type: ignore[misc]
         self._start_heartbeat_task()
         await super()._on_join_complete(generation, member_id, protocol, member_assignment_bytes)
 
+    async def _perform_assignment(self, response: Any) -> Any:
+        """Let the chosen assignor prepare asynchronously before aiokafka's synchronous
+        ``assign``: an assignor with a ``prepare_assignment`` coroutine (the runtime's, which
+        reads the changelogs' end offsets to measure every member's lag) is awaited first, as
+        Kafka Streams' leader lists offsets inside its assignor."""
+        assignor = self._lookup_assignor(response.group_protocol)
+        prepare = getattr(assignor, "prepare_assignment", None)
+        if prepare is not None:
+            await prepare()
+        return await super()._perform_assignment(response)
+
     async def _do_fetch_commit_offsets(
         self, partitions: Collection[TopicPartition]
     ) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -195,6 +206,13 @@ class StableConsumer(AIOKafkaConsumer):  # type: ignore[misc]
             task = self._coordinator.maybe_leave_group()
         self._client.set_topics([])
         return task
+
+    def request_rejoin(self) -> None:
+        """Rejoin the group at the next poll (Java's ``enforceRebalance``): the group rebalances
+        and every member's assignor runs again. No-op without a group or before ``start``."""
+        coordinator = self._coordinator
+        if isinstance(coordinator, GroupCoordinator):
+            coordinator.request_rejoin()
 
     def group_metadata(self) -> GroupMetadata:
         """The membership as of now: generation -1 and member id "" while not (or no longer) a

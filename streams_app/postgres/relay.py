@@ -317,6 +317,9 @@ class OutboxRelay:
                 continue
             await self._watch_hold(conn, loop.time())
             if not rows:
+                # A batch published while the previous clean-up still ran was not cleaned up
+                # then: the quiet outbox is when nothing else will schedule it.
+                self._schedule_cleanup()
                 await self._sleep(self.config.poll_interval)
                 continue
             if not await self._check_topics(rows):
@@ -440,6 +443,8 @@ class OutboxRelay:
     def _schedule_cleanup(self) -> None:
         """Clean up in the background (own connection) while the next batch is read and sent:
         it deletes rows at or below the committed position, the next batch is above it."""
+        if self.position <= self._cleaned:
+            return
         if self._cleanup_task is None or self._cleanup_task.done():
             self._cleanup_task = asyncio.get_running_loop().create_task(self._cleanup_quietly())
 

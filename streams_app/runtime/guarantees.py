@@ -53,6 +53,20 @@ def restore_consumer_config(settings: Settings) -> ConsumerConfig:
     )
 
 
+def standby_consumer_config(settings: Settings) -> ConsumerConfig:
+    """Standby tasks tail changelogs read committed, without a group, from their stores'
+    offsets: they never see a record of an open or aborted transaction."""
+    return ConsumerConfig(
+        group_id=None,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=10_000,
+        fetch_max_wait_ms=100,
+        client_id=f"{settings.id}-standby",
+    )
+
+
 def producer_config(settings: Settings, process_id: str) -> ProducerConfig:
     common = {
         "linger_ms": settings.producer_linger_ms,

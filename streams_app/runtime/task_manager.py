@@ -4,13 +4,19 @@ Assignment creates tasks in the *restoring* state with their input partitions pa
 then restores each task's table partitions from their changelogs (read_committed, up to the end
 offset) and only then lets records through. Revocation happens after the commit, so a task is
 never given up with uncommitted work.
+
+It also knows the worker's standby tasks (warm copies of other workers' tables, kept by
+:mod:`streams_app.runtime.standby`) and the offsets of all local state, active or not, which the
+assignor reports to the group so that tasks go where their state is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from streams_app.runtime.progress import RestoreProgress
+from streams_app.runtime.standby import StandbyTask
 from streams_app.runtime.task import RESTORING, RUNNING, GroupFactory, Task, TaskId
 from streams_app.runtime.topology import TopologyPlan
 from streams_app.state.base import PartitionTransaction, Store, StorePartition
@@ -34,6 +40,8 @@ class TaskManager:
         self.tasks: dict[TaskId, Task] = {}
         self.by_tp: dict[TopicPartition, Task] = {}
         self.restores: list[RestoreResult] = []
+        #: This worker's standby tasks (and warm-ups), as of the last assignment.
+        self.standbys: dict[TaskId, StandbyTask] = {}
         #: Reports restores (log lines or a progress bar, metrics); set by the worker.
         self.progress: RestoreProgress | None = None
 
@@ -88,14 +96,56 @@ class TaskManager:
     def restoring(self) -> list[Task]:
         return [t for t in self.tasks.values() if t.state == RESTORING]
 
-    def changelog_partitions(self, task: Task) -> dict[TopicPartition, StorePartition]:
+    def changelog_partitions(self, task: Task | TaskId) -> dict[TopicPartition, StorePartition]:
+        """The task's changelog partitions and the store partitions they feed."""
+        task_id = task.id if isinstance(task, Task) else task
         out: dict[TopicPartition, StorePartition] = {}
-        for table_name in self.plan.tables_by_group.get(task.id.group, ()):
+        for table_name in self.plan.tables_by_group.get(task_id.group, ()):
             changelog = self.plan.changelog_topics[table_name]
-            out[TopicPartition(changelog, task.id.partition)] = self.stores[table_name].partition(
-                task.id.partition
+            out[TopicPartition(changelog, task_id.partition)] = self.stores[table_name].partition(
+                task_id.partition
             )
         return out
+
+    def stateful(self, task_id: TaskId) -> bool:
+        return bool(self.plan.tables_by_group.get(task_id.group))
+
+    def local_offsets(self) -> dict[TaskId, int]:
+        """For every task this worker holds any state for (active, standby, or left on disk
+        by an earlier run): the sum of its store partitions' changelog offsets. What the
+        assignor reports to the group's leader, which measures lags against the changelogs'
+        end offsets. Opens the partitions it finds (the first call may take a moment)."""
+        out: dict[TaskId, int] = {}
+        for group, tables in self.plan.tables_by_group.items():
+            partitions: set[int] = set()
+            for table in tables:
+                partitions |= self.stores[table].local_partitions()
+            for partition in partitions:
+                offsets = [self.stores[t].partition(partition).changelog_offset for t in tables]
+                if any(offset is not None for offset in offsets):
+                    out[TaskId(group, partition)] = sum(o or 0 for o in offsets)
+        return out
+
+    def set_standbys(self, standbys: Mapping[TaskId, StandbyTask]) -> None:
+        self.standbys = dict(standbys)
+
+    def describe(self) -> dict[str, Any]:
+        """This worker's tasks as plain data (JSON-ready): active tasks with their state and
+        partitions, standby tasks with their changelog offsets."""
+        return {
+            "active": [
+                {
+                    "task": str(task.id),
+                    "state": task.state,
+                    "partitions": [
+                        {"topic": tp.topic, "partition": tp.partition}
+                        for tp in sorted(task.partitions)
+                    ],
+                }
+                for _, task in sorted(self.tasks.items())
+            ],
+            "standby": [standby.describe() for _, standby in sorted(self.standbys.items())],
+        }
 
     async def restore(
         self,

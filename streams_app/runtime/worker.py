@@ -23,6 +23,7 @@ from streams_app.codecs import DecodeError
 from streams_app.errors import InvalidTimestamp, WorkerStopped
 from streams_app.runtime import guarantees
 from streams_app.runtime.actor import AgentRunner
+from streams_app.runtime.assignor import StreamsAssignor
 from streams_app.runtime.broker_limits import check_broker_limits, check_topic_limits
 from streams_app.runtime.clock import Clock, SystemClock
 from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN
@@ -36,9 +37,11 @@ from streams_app.runtime.lag import running_lag
 from streams_app.runtime.measured_commit import MeasuredCommitter
 from streams_app.runtime.metrics import WorkerMetrics
 from streams_app.runtime.partition_group import PartitionGroup
+from streams_app.runtime.placement import PlacementConfig
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.progress import CatchUpMonitor, RestoreProgress, interactive_stream
 from streams_app.runtime.punctuator import CallbackFailed, Punctuator
+from streams_app.runtime.replicas import Replicas
 from streams_app.runtime.state_memory import log_state_memory
 from streams_app.runtime.stream_time import decode_metadata
 from streams_app.runtime.task import RUNNING, Task
@@ -131,6 +134,8 @@ class Worker:
         self._producer: StreamsProducer | None = None
         self._tasks: TaskManager | None = None
         self._committer: MeasuredCommitter | None = None
+        #: Standbys, warm-ups, fencing of departed members, probing (runtime/replicas.py).
+        self.replicas: Replicas | None = None
         #: What /metrics exports (plain counters; see runtime.metrics).
         self.metrics = WorkerMetrics()
         #: The web server (None: web_enabled is off, or not started yet).
@@ -245,6 +250,25 @@ class Worker:
         self._tasks.progress = RestoreProgress(
             self.metrics, conf.progress_interval, stream=interactive_stream(log)
         )
+        self._tasks.local_offsets()  # opens local state now, not inside a group join
+        assignor = StreamsAssignor(
+            self.plan,
+            process_id=self.directory.process_id,
+            transactional_id=(
+                guarantees.transactional_id(conf, self.directory.process_id)
+                if conf.exactly_once
+                else None
+            ),
+            local_offsets=self._tasks.local_offsets,
+            end_offsets=admin.end_offsets,
+            placement=PlacementConfig(
+                standby_replicas=conf.table_standby_replicas,
+                acceptable_recovery_lag=conf.acceptable_recovery_lag,
+                max_warmup_replicas=conf.max_warmup_replicas,
+            ),
+            probing_interval=conf.probing_rebalance_interval,
+        )
+        self.replicas = Replicas(conf, self.transport, admin, self._tasks, assignor)
         if self.stores:
             log_state_memory(conf, self.plan, options)
 
@@ -257,7 +281,9 @@ class Worker:
         self._restore_consumer = self.transport.consumer(guarantees.restore_consumer_config(conf))
         await self._restore_consumer.start()
         self._consumer = self.transport.consumer(
-            dataclasses.replace(guarantees.consumer_config(conf), application_server=self.web_url)
+            dataclasses.replace(
+                guarantees.consumer_config(conf), assignor=assignor, application_server=self.web_url
+            )
         )
         await self._consumer.start()
         plan = self.plan
@@ -305,6 +331,8 @@ class Worker:
                     await self._safe_abort()
                 self.tasks.close_all()
         await self.runner.stop()
+        if self.replicas is not None:
+            await self.replicas.stop()
         for client in (self._consumer, self._restore_consumer):
             if client is not None:
                 try:
@@ -662,6 +690,8 @@ class Worker:
 
     async def _on_migrated(self, exc: BaseException) -> None:
         await self.committer.task_migrated(exc)
+        if self.replicas is not None:
+            self.replicas.forget_active()
         await self.runner.restart()
         assert self.plan is not None
         self.consumer.unsubscribe()
@@ -776,6 +806,10 @@ class _RebalanceListener:
             worker.metrics.rebalances += 1
             tps = sorted(TopicPartition(tp[0], tp[1]) for tp in assigned)
             tasks = worker.tasks.assign(tps)
+            if worker.replicas is not None:
+                # Standbys (before any restore), fencing departed members (before reading
+                # committed offsets), probing: runtime/replicas.py.
+                await worker.replicas.on_assignment(consumer)
             if not tps:
                 return
             consumer.pause(tps)  # until the tables are restored

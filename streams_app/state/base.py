@@ -97,6 +97,12 @@ class Store(ABC):
     def persistent(self) -> bool:
         """Whether state survives a process restart (rocksdb yes, memory no)."""
 
+    def local_partitions(self) -> set[int]:
+        """Partitions this worker holds state for, open or not (a RocksDB partition left on
+        disk by an earlier run counts): the assignor reports their offsets, so tasks go back
+        where their state is."""
+        return set()
+
 
 class PartitionTransaction:
     """One task's uncommitted writes to one store partition, as decoded Python objects.

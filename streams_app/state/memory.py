@@ -111,6 +111,9 @@ class MemoryStore(Store):
             part.close()
             self._released[partition] = part
 
+    def local_partitions(self) -> set[int]:
+        return set(self._partitions) | set(self._released)
+
     def close(self) -> None:
         for part in self._partitions.values():
             part.close()

@@ -101,6 +101,39 @@ def _name(tp: TopicPartition) -> str:
     return f"{tp[0]}[{tp[1]}]"
 
 
+def resume_offset(
+    tp: TopicPartition, part: StorePartition, begin: int, end: int
+) -> tuple[int, bool]:
+    """Where reading ``tp`` must start for ``part`` (the rules of the module docstring), and
+    whether ``part`` had to be wiped first. Restore and standby tasks share this rule."""
+    stored = part.changelog_offset
+    if stored is None:
+        if next(iter(part.items()), None) is not None:
+            # Data without an offset cannot come from this package's writes; trust nothing.
+            log.warning("state of %s has data but no changelog offset: wiping", _name(tp))
+            part.wipe()
+            return begin, True
+        return begin, False
+    if begin <= stored <= end:
+        return stored, False
+    why = (
+        "beyond the changelog's end (was it recreated?)"
+        if stored > end
+        else ("before the changelog's beginning (records were deleted)")
+    )
+    log.warning(
+        "state of %s is at changelog offset %d, %s; changelog spans [%d, %d]: wiping "
+        "it and restoring from the beginning",
+        _name(tp),
+        stored,
+        why,
+        begin,
+        end,
+    )
+    part.wipe()
+    return begin, True
+
+
 async def restore_partitions(
     partitions: Mapping[TopicPartition, StorePartition],
     consumer: ChangelogReader,
@@ -136,34 +169,7 @@ async def restore_partitions(
     for tp, part in partitions.items():
         begin, end = beginnings[tp], ends[tp]
         stored = part.changelog_offset
-        wiped = False
-        if stored is None:
-            if next(iter(part.items()), None) is not None:
-                # Data without an offset cannot come from this package's writes; trust nothing.
-                log.warning("state of %s has data but no changelog offset: wiping", _name(tp))
-                part.wipe()
-                wiped = True
-            start = begin
-        elif begin <= stored <= end:
-            start = stored
-        else:
-            why = (
-                "beyond the changelog's end (was it recreated?)"
-                if stored > end
-                else ("before the changelog's beginning (records were deleted)")
-            )
-            log.warning(
-                "state of %s is at changelog offset %d, %s; changelog spans [%d, %d]: wiping "
-                "it and restoring from the beginning",
-                _name(tp),
-                stored,
-                why,
-                begin,
-                end,
-            )
-            part.wipe()
-            wiped = True
-            start = begin
+        start, wiped = resume_offset(tp, part, begin, end)
         if start >= end:
             if part.changelog_offset != end:
                 part.write({}, end)

@@ -339,6 +339,12 @@ class RocksDBStore(Store):
         if part is not None:
             part.close()
 
+    def local_partitions(self) -> set[int]:
+        found = set(self._partitions)
+        if self.path.is_dir():
+            found.update(int(entry.name) for entry in self.path.iterdir() if entry.name.isdigit())
+        return found
+
     def close(self) -> None:
         for partition in list(self._partitions):
             self.close_partition(partition)

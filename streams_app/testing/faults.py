@@ -294,6 +294,12 @@ class HarnessConsumer:
         if not self.switch.dead:
             self.inner.unsubscribe()
 
+    def request_rebalance(self) -> None:
+        """Passed on when the wrapped consumer can (a real group consumer), else nothing."""
+        request = getattr(self.inner, "request_rebalance", None)
+        if request is not None and not self.switch.dead:
+            request()
+
     def assign(self, partitions: Collection[TopicPartition]) -> None:
         if not self.switch.dead:
             self.inner.assign([self.names.tp(tp) for tp in partitions])

@@ -92,6 +92,57 @@ class BrokerLimits:
 
 
 @dataclass(frozen=True)
+class MemberSubscription:
+    """One group member as the leader sees it at a rebalance: its topics and its user data."""
+
+    topics: tuple[str, ...]
+    user_data: bytes
+
+
+@dataclass(frozen=True)
+class MemberAssignment:
+    """What the leader hands one member: its partitions and user data for it alone."""
+
+    partitions: tuple[TopicPartition, ...]
+    user_data: bytes = b""
+
+
+class GroupAssignor(Protocol):
+    """A partition assignor the runtime provides and a transport runs inside the group protocol.
+
+    Kafka's consumer protocol lets every member attach bytes to its JoinGroup subscription and
+    lets the leader attach bytes to each member's assignment; this is how Kafka Streams carries
+    task offsets to the leader and standby tasks back (KIP-441). ``prepare`` runs on the leader
+    before ``assign`` (it may ask the broker for end offsets); ``assign`` and the other calls
+    must not block.
+    """
+
+    @property
+    def name(self) -> str:
+        """The protocol name every member must agree on."""
+        ...
+
+    def subscription_data(self) -> bytes:
+        """This member's user data for its next JoinGroup (read just before it is sent)."""
+        ...
+
+    async def prepare(self) -> None: ...
+
+    def assign(
+        self,
+        members: Mapping[str, MemberSubscription],
+        partition_counts: Mapping[str, int],
+    ) -> dict[str, MemberAssignment]:
+        """Every member's assignment, by member id; ``partition_counts`` covers every topic any
+        member subscribes to that exists."""
+        ...
+
+    def on_assignment(self, assignment: MemberAssignment) -> None:
+        """This member's assignment, just before ``on_partitions_assigned`` runs."""
+        ...
+
+
+@dataclass(frozen=True)
 class ConsumerConfig:
     """Consumer settings the runtime chooses per processing guarantee (see runtime.guarantees)."""
 
@@ -106,6 +157,10 @@ class ConsumerConfig:
     fetch_max_wait_ms: int = 100
     rebalance_timeout_ms: int | None = None
     client_id: str = "streams-app"
+    #: The group's partition assignor (None: range, which keeps co-partitioned topics together).
+    #: A transport that cannot run custom assignors uses range, and the runtime gets no
+    #: standby tasks.
+    assignor: GroupAssignor | None = field(default=None, compare=False)
     #: Where this member's web server is (``http://host:port``), published to the group so
     #: every member knows which address owns which partition (Kafka Streams'
     #: ``application.server``); None publishes nothing.
@@ -222,6 +277,15 @@ class ConsumerClient(Protocol):
         """Which member's ``application_server`` owns each partition of the group, as of the
         last assignment (empty when the members publish no address)."""
         ...
+
+
+@runtime_checkable
+class RebalanceRequester(Protocol):
+    """A group consumer that can ask its group for a rebalance (Java's ``enforceRebalance``):
+    the probing rebalances that move warmed-up tasks. Optional: transports without it never
+    probe."""
+
+    def request_rebalance(self) -> None: ...
 
 
 class ProducerClient(Protocol):

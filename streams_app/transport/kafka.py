@@ -31,6 +31,11 @@ from typing import Any
 
 import aiokafka.errors as aerrors
 from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
 from aiokafka.partitioner import murmur2
 from aiokafka.structs import OffsetAndMetadata
 from aiokafka.structs import TopicPartition as AioTopicPartition
@@ -49,12 +54,21 @@ from streams_app.kafka import (
 )
 from streams_app.kafka import logs as kafka_logs
 from streams_app.kafka.admin import unavailable
-from streams_app.kafka.assignor import AddressRangeAssignor
+from streams_app.kafka.assignor import (
+    AddressRangeAssignor,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from streams_app.transport.base import (
     BrokerLimits,
     CommittedOffset,
     ConsumerConfig,
+    GroupAssignor,
     GroupMetadata,
+    MemberAssignment,
+    MemberSubscription,
     ProducerConfig,
     RebalanceListener,
     RecordBatch,
@@ -239,6 +253,96 @@ class _ListenerAdapter(ConsumerRebalanceListener):  # type: ignore[misc]
             self._client._listener_error = exc
 
 
+def _frame(ours: bytes, addresses: bytes) -> bytes:
+    """Our assignor's user data and the web-address user data in one field: a 4-byte length,
+    then each part (only members of our protocol read it)."""
+    return len(ours).to_bytes(4, "big") + ours + addresses
+
+
+def _unframe(data: bytes) -> tuple[bytes, bytes]:
+    if len(data) < 4:
+        return data, b""
+    size = int.from_bytes(data[:4], "big")
+    if size > len(data) - 4:
+        return data, b""
+    return data[4 : 4 + size], data[4 + size :]
+
+
+class _AssignorAdapter:
+    """A :class:`~streams_app.transport.base.GroupAssignor` as aiokafka runs assignors.
+
+    aiokafka calls ``name``, ``metadata``, ``assign`` and ``on_assignment`` on whatever object
+    is in ``partition_assignment_strategy`` (an instance works as well as the class-level
+    assignors it ships), and our coordinator awaits ``prepare_assignment`` before ``assign``
+    (``streams_app.kafka.consumer``). This adapter converts between aiokafka's structs and the
+    transport's plain ones, and carries the members' web addresses next to the assignor's own
+    user data, as :class:`~streams_app.kafka.assignor.AddressRangeAssignor` does under range:
+    ``partition_hosts`` works whichever protocol the group chose.
+    """
+
+    version = 0
+
+    def __init__(self, assignor: GroupAssignor, hosts: AddressRangeAssignor) -> None:
+        self._assignor = assignor
+        self._hosts = hosts
+        self.name = assignor.name
+
+    def metadata(self, topics: Collection[str]) -> ConsumerProtocolMemberMetadata:
+        return ConsumerProtocolMemberMetadata(
+            self.version,
+            sorted(topics),
+            _frame(self._assignor.subscription_data(), encode_subscription(self._hosts.address)),
+        )
+
+    async def prepare_assignment(self) -> None:
+        await self._assignor.prepare()
+
+    def assign(
+        self,
+        cluster: ClusterMetadata,
+        members: Mapping[str, ConsumerProtocolMemberMetadata],
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        subscriptions: dict[str, MemberSubscription] = {}
+        addresses: dict[str, str | None] = {}
+        for member_id, meta in members.items():
+            ours, address = _unframe(bytes(meta.user_data or b""))
+            subscriptions[member_id] = MemberSubscription(tuple(meta.subscription), ours)
+            addresses[member_id] = decode_subscription(address)
+        counts: dict[str, int] = {}
+        for subscription in subscriptions.values():
+            for topic in subscription.topics:
+                partitions = cluster.partitions_for_topic(topic)
+                if partitions:
+                    counts[topic] = len(partitions)
+        planned = self._assignor.assign(subscriptions, counts)
+        hosts: dict[str, dict[str, list[int]]] = {}
+        for member_id, assignment in planned.items():
+            host = addresses.get(member_id)
+            if host is not None:
+                for topic, partition in assignment.partitions:
+                    hosts.setdefault(host, {}).setdefault(topic, []).append(partition)
+        host_data = encode_assignment(hosts)
+        out: dict[str, ConsumerProtocolMemberAssignment] = {}
+        for member_id in members:
+            assignment = planned.get(member_id, MemberAssignment(()))
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in assignment.partitions:
+                by_topic.setdefault(topic, []).append(partition)
+            out[member_id] = ConsumerProtocolMemberAssignment(
+                self.version,
+                sorted((topic, sorted(ps)) for topic, ps in by_topic.items()),
+                _frame(assignment.user_data, host_data),
+            )
+        return out
+
+    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
+        ours, host_data = _unframe(bytes(assignment.user_data or b""))
+        self._hosts.hosts = decode_assignment(host_data)
+        self._assignor.on_assignment(
+            MemberAssignment(tuple(_ours(tp) for tp in assignment.partitions()), ours)
+        )
+
+
 class KafkaConsumerClient:
     """``ConsumerClient`` on :class:`streams_app.kafka.StableConsumer`.
 
@@ -291,7 +395,7 @@ class KafkaConsumerClient:
             # Java's default; aiokafka's (the session timeout) drops a member whose
             # revocation commit takes longer than the session timeout.
             rebalance_timeout_ms=config.rebalance_timeout_ms or config.max_poll_interval_ms,
-            partition_assignment_strategy=(self._assignor,),
+            partition_assignment_strategy=self._assignors(),
             **self._security,
         )
         try:
@@ -311,6 +415,18 @@ class KafkaConsumerClient:
                 self.subscribe(topics, listener)
             else:
                 self.assign(arg)
+
+    def _assignors(self) -> tuple[Any, ...]:
+        """Ours first, range second: the broker picks the first protocol every member offers,
+        so a group that still has members of an older version (range only) keeps working,
+        with range's co-partitioned assignment and no standbys, until they are gone."""
+        if self._config.assignor is None:
+            return (self._assignor,)
+        return (_AssignorAdapter(self._config.assignor, self._assignor), self._assignor)
+
+    def request_rebalance(self) -> None:
+        if self._consumer is not None:
+            self._consumer.request_rejoin()
 
     async def stop(self) -> None:
         if self._consumer is not None:

@@ -57,16 +57,6 @@ def readiness(worker: Worker) -> tuple[bool, dict[str, Any]]:
     }
 
 
-def standby_tasks(worker: Worker) -> list[Task]:
-    """Standby replicas of other workers' tasks held by this worker: none yet.
-
-    The hook for standbys (``num_standby_replicas``, another change): when the task manager
-    keeps them, return them here and ``/assignment`` lists them with the same fields as active
-    tasks (their changelog offsets, and how far they are behind the changelog's end).
-    """
-    return []
-
-
 def _task_view(task: Task, worker: Worker, lags: dict[Any, Any]) -> dict[str, Any]:
     plan = worker.plan
     partitions = []
@@ -121,6 +111,9 @@ def assignment(worker: Worker) -> dict[str, Any]:
         "member_id": group.member_id if group else None,
         "generation": group.generation_id if group else None,
         "tasks": active,
-        "standbys": [_task_view(task, worker, lags) for task in standby_tasks(worker)],
+        # Standby and warm-up tasks (runtime/standby.py): changelog offsets applied, lag behind
+        # the changelogs' end as last measured, records applied since placed here.
+        "standbys": worker.replicas.describe()["standby"] if worker.replicas is not None else [],
+        "fenced": list(worker.replicas.fenced) if worker.replicas is not None else [],
         "hosts": dict(hosts),
     }

@@ -1,0 +1,206 @@
+"""Standby replicas on the real broker: the failover of a SIGKILLed worker, and warm-ups.
+
+Two workers of the keyed_sum topology with ``table_standby_replicas=1``: each holds a standby
+of the other's tasks. One is SIGKILLed in the middle of the load (inside open transactions);
+the survivor must take its tasks over restoring only the changelog tail its standby had not
+applied yet (never the whole changelog), and the output must stay exactly once: a standby that
+had applied a write of the killed worker's open (then aborted) transaction would give wrong
+running sums after the failover, which ``check_keyed_sum`` compares with the input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+
+from streams_app.testing.workers import WorkerProcess
+from tests.runtime.eos_checks import check_keyed_sum
+from tests.runtime.helpers import KafkaObserver, produce_keyed, wait_until
+from tests.runtime.test_crash import worker_env
+
+BEFORE = 6_000  # the table the standbys copy before the crash
+DURING = 3_000  # the load the crash happens in
+KEYS = 100_000  # mostly distinct keys: one changelog record per input (no per-commit coalescing)
+
+_ASSIGNED = re.compile(r"Setting newly assigned partitions (.*) for group")
+_PARTITION = re.compile(r"partition=(\d+)")
+_RESTORING = re.compile(r"restoring \d+ changelog partition\(s\): (.*)$", re.M)
+_RANGE = re.compile(r"\[(\d+)\] \[(\d+), (\d+)\)")
+_RESTORED = re.compile(r"restored \S+-sums-changelog\[(\d+)\]: (\d+) record\(s\)")
+
+
+def last_assignment(worker: WorkerProcess) -> set[int]:
+    found = _ASSIGNED.findall(worker.log_since_start())
+    assert found, f"{worker.name} logged no assignment:\n{worker.tail()}"
+    return {int(p) for p in _PARTITION.findall(found[-1])}
+
+
+@pytest.mark.slow
+async def test_failover_to_a_standby_restores_only_the_tail_and_stays_exactly_once(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    env = worker_env(bootstrap_servers, unique, "exactly_once_v2")
+    env["STREAMS_APP_TABLE_STANDBY_REPLICAS"] = "1"
+    workers = [
+        WorkerProcess(
+            "tests.runtime.apps.keyed_sum",
+            state_dir=tmp_path / name,
+            log_path=tmp_path / f"{name}.log",
+            env=env,
+            name=name,
+        )
+        for name in ("w0", "w1")
+    ]
+    victim, survivor = workers
+    observer = KafkaObserver(bootstrap_servers)
+    await observer.__aenter__()
+    group, source, changelog = f"ks-{unique}", f"ks-in-{unique}", f"ks-{unique}-sums-changelog"
+    try:
+        victim.start()
+        await asyncio.to_thread(victim.wait_assigned)
+        survivor.start()
+        # The two-member generation: each worker owns two tasks and stands by for the others.
+        await asyncio.to_thread(survivor.wait_for_log, "standby tasks: ", 60)
+        await asyncio.to_thread(victim.wait_for_log, "standby tasks: ", 60)
+        await produce_keyed(bootstrap_servers, source, BEFORE, seed=1, keys=KEYS)
+        await wait_until(
+            lambda: observer.committed_equals_end(group, source), timeout=180, interval=0.2
+        )
+        moved = last_assignment(victim)
+        assert moved and moved.isdisjoint(last_assignment(survivor)), "tasks not split"
+
+        # The kill lands while the first third of the load is being processed (likely inside
+        # an open transaction); the rest is written after it, so the moved tasks have input
+        # only the survivor can process.
+        first = DURING // 3
+        producing = asyncio.create_task(
+            produce_keyed(bootstrap_servers, source, first, seed=2, keys=KEYS)
+        )
+
+        async def mid_load() -> bool:
+            return await observer.end_total(f"ks-echo-{unique}") >= BEFORE + first // 2
+
+        await wait_until(mid_load, timeout=120, interval=0.01)
+        victim.kill()
+        tps = await observer.partitions(changelog)
+        ends_at_kill = await observer.consumer.end_offsets(tps)
+        await producing
+        await produce_keyed(bootstrap_servers, source, DURING - first, seed=3, keys=KEYS)
+        await wait_until(
+            lambda: observer.committed_equals_end(group, source), timeout=180, interval=0.2
+        )
+        assert moved <= last_assignment(survivor), "the survivor did not take the tasks over"
+        assert survivor.terminate() == 0, survivor.tail()
+    finally:
+        await observer.__aexit__()
+        for worker in workers:
+            if worker.running:
+                worker.kill()
+
+    # Tail only: the survivor's restore of each moved changelog partition starts where its
+    # standby had got to, not at the beginning (a fresh store starts at 0), and reads a small
+    # part of what the partition held when the victim died.
+    log = survivor.log_since_start()
+    starts = {
+        int(p): int(start)
+        for line in _RESTORING.findall(log)
+        for p, start, _end in _RANGE.findall(line)
+    }
+    restored: dict[int, int] = {}
+    for p, n in _RESTORED.findall(log):
+        restored[int(p)] = restored.get(int(p), 0) + int(n)
+    for p in moved:
+        assert starts.get(p) != 0, f"changelog[{p}] was restored from the beginning"
+    held = sum(n for tp, n in ends_at_kill.items() if tp.partition in moved)
+    tail = sum(restored.get(p, 0) for p in moved)
+    assert held > BEFORE // 4, "the moved tasks' changelogs are unexpectedly short"
+    assert tail < held // 2, f"restored {tail} of {held} changelog records: not a tail"
+    print(f"standby failover: restored {tail} of {held} changelog records of tasks {moved}")
+
+    outcome = await check_keyed_sum(bootstrap_servers, unique, exactly_once=True)
+    assert outcome.inputs == BEFORE + DURING
+    assert (outcome.duplicates, outcome.missing, outcome.wrong, outcome.extra) == (0, 0, 0, 0), (
+        outcome.problems
+    )
+
+
+@pytest.mark.slow
+async def test_a_worker_behind_warms_up_first_and_takes_tasks_only_once_caught_up(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    """KIP-441's warm-up: a worker joining with no state is not given tasks whose changelogs
+    it would have to restore while their owner is caught up; it gets warm-up standbys, and a
+    probing rebalance moves the tasks once those caught up, so it restores only a tail."""
+    env = worker_env(bootstrap_servers, unique, "exactly_once_v2")
+    env.update(
+        {
+            "STREAMS_APP_TABLE_STANDBY_REPLICAS": "1",
+            # 0: only a worker with every committed record counts as caught up (the running
+            # owner always does, though its store stops before its last commit marker).
+            "STREAMS_APP_ACCEPTABLE_RECOVERY_LAG": "0",
+            "STREAMS_APP_PROBING_REBALANCE_INTERVAL": "2",
+        }
+    )
+    owner, newcomer = (
+        WorkerProcess(
+            "tests.runtime.apps.keyed_sum",
+            state_dir=tmp_path / name,
+            log_path=tmp_path / f"{name}.log",
+            env=env,
+            name=name,
+        )
+        for name in ("owner", "newcomer")
+    )
+    observer = KafkaObserver(bootstrap_servers)
+    await observer.__aenter__()
+    group, source = f"ks-{unique}", f"ks-in-{unique}"
+    try:
+        owner.start()
+        await asyncio.to_thread(owner.wait_assigned)
+        await produce_keyed(bootstrap_servers, source, BEFORE, seed=1, keys=KEYS)
+        await wait_until(
+            lambda: observer.committed_equals_end(group, source), timeout=180, interval=0.2
+        )
+        newcomer.start()
+        await asyncio.to_thread(newcomer.wait_for_log, "(warm-up)", 60)
+        # Its first generation: warm-ups only; the owner, caught up, keeps every task.
+        assert last_assignment(newcomer) == set(), newcomer.tail()
+        assert last_assignment(owner) == {0, 1, 2, 3}, owner.tail()
+        assert "restoring " not in newcomer.log_since_start()
+
+        async def moved() -> bool:
+            return bool(last_assignment(newcomer))
+
+        await asyncio.to_thread(newcomer.wait_for_log, "probing rebalance", 60)
+        await wait_until(moved, timeout=120, interval=0.1)
+        taken = last_assignment(newcomer)
+        assert taken.isdisjoint(last_assignment(owner))
+
+        await produce_keyed(bootstrap_servers, source, DURING, seed=2, keys=KEYS)
+        await wait_until(
+            lambda: observer.committed_equals_end(group, source), timeout=180, interval=0.2
+        )
+        assert newcomer.terminate() == 0, newcomer.tail()
+        assert owner.terminate() == 0, owner.tail()
+    finally:
+        await observer.__aexit__()
+        for worker in (owner, newcomer):
+            if worker.running:
+                worker.kill()
+
+    # The moved tasks were restored from the warm-up's offsets, never from the beginning.
+    starts = {
+        int(p): int(start)
+        for line in _RESTORING.findall(newcomer.log_since_start())
+        for p, start, _end in _RANGE.findall(line)
+    }
+    for p in taken:
+        assert starts.get(p) != 0, f"changelog[{p}] was restored from the beginning"
+    outcome = await check_keyed_sum(bootstrap_servers, unique, exactly_once=True)
+    assert outcome.inputs == BEFORE + DURING
+    assert (outcome.duplicates, outcome.missing, outcome.wrong, outcome.extra) == (0, 0, 0, 0), (
+        outcome.problems
+    )
