@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-10)
 PYTEST_ARGS ?=
 BENCH_STAMP := $(VENV)/.bench-$(shell sha1sum pyproject.toml | cut -c1-10)
 
-.PHONY: setup demo test chaos bench pipeline lint typecheck broker-start broker-stop clean
+.PHONY: setup demo test chaos soak bench pipeline lint typecheck broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streams_app needs Python >= 3.11 (set PYTHON=python3.11)")'
@@ -35,6 +35,10 @@ test: setup
 ## chaos: the long exactly-once fault suite (see `python -m streams_app.chaos --help` for options)
 chaos: setup
 	$(BIN)/python -m streams_app.chaos $(CHAOS_ARGS)
+
+## soak: one worker for an hour under load, poison records and broker restarts (SOAK_ARGS="--duration 300")
+soak: setup
+	$(BIN)/python -m streams_app.chaos.soak $(SOAK_ARGS)
 
 # The bench extra (quixstreams, for its comparison rows) is installed by `make bench` only.
 $(BENCH_STAMP): $(STAMP)

@@ -4,12 +4,21 @@ A codec is chosen per topic and per table: ``"json"``, ``"raw"`` (bytes as they 
 (UTF-8) or a ``faust.Record`` subclass (JSON of its fields, decoded back into the model). Record
 JSON carries only the model's fields, so Spark, Kafka tools and other languages read it as
 plain JSON.
+
+Topics decode *checked* (``resolve_codec(..., checked=True)``): a value that is JSON but not of
+the declared type (``"qty": "two"`` for an ``int`` field, ``"7"`` for ``value_type=int``) is a
+:class:`DecodeError` at the edge, so it goes to the dead-letter topic instead of crashing the
+agent that would have used it (see :mod:`streams_app.record_types`). Tables decode what the
+worker itself wrote, unchecked. Checking never changes the bytes written.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any, Protocol, TypeAlias
+
+from streams_app.errors import RecordError
+from streams_app.record_types import ModelCheck
 
 
 class Codec(Protocol):
@@ -18,8 +27,12 @@ class Codec(Protocol):
     def loads(self, data: bytes) -> Any: ...
 
 
-class DecodeError(ValueError):
+class DecodeError(RecordError, ValueError):
     """A record's key or value does not decode with the topic's codec (a poison record)."""
+
+
+class TombstoneError(DecodeError):
+    """A record without a value (a tombstone) on a topic whose values are a Record model."""
 
 
 class RawCodec:
@@ -82,14 +95,47 @@ class JsonCodec:
             raise DecodeError(f"not JSON: {exc}") from exc
 
 
-class RecordCodec:
-    """A ``faust.Record`` model as the JSON object of its fields."""
+class CheckedJsonCodec(JsonCodec):
+    """JSON whose decoded value must be of one Python type (``value_type=int`` and the like)."""
 
-    def __init__(self, model: type[Any]) -> None:
+    _EXPECTED = {
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        dict: "a JSON object",
+        list: "a JSON array",
+    }
+
+    def __init__(self, kind: type[Any]) -> None:
+        self.kind = kind
+        self.name = f"json:{kind.__name__}"
+        if kind is float:
+            self._accepts: tuple[type[Any], ...] = (int, float)
+        else:
+            self._accepts = (kind,)
+        self._no_bool = kind in (int, float)
+
+    def loads(self, data: bytes) -> Any:
+        value = super().loads(data)
+        if not isinstance(value, self._accepts) or (self._no_bool and isinstance(value, bool)):
+            expected = self._EXPECTED.get(self.kind, self.kind.__name__)
+            raise DecodeError(f"expected {expected}, got {type(value).__name__}")
+        return value
+
+
+class RecordCodec:
+    """A ``faust.Record`` model as the JSON object of its fields.
+
+    ``checked``: decoded objects (and plain dicts sent as the model) must fit the model's field
+    types (:mod:`streams_app.record_types`), else :class:`DecodeError`.
+    """
+
+    def __init__(self, model: type[Any], *, checked: bool = False) -> None:
         self.model = model
         self.name = f"record:{model.__name__}"
         fields = getattr(getattr(model, "_options", None), "fields", None)
         self._fields: frozenset[str] = frozenset(fields or ())
+        self._check: ModelCheck | None = ModelCheck(model) if checked else None
 
     def dumps(self, obj: Any) -> bytes:
         if isinstance(obj, self.model):
@@ -109,6 +155,10 @@ class RecordCodec:
 
     def _build(self, payload: dict[str, Any]) -> Any:
         data = {k: v for k, v in payload.items() if k in self._fields} if self._fields else payload
+        if self._check is not None:
+            problem = self._check.problem(data)
+            if problem is not None:
+                raise DecodeError(f"does not fit {self.model.__name__}: {problem}")
         try:
             return self.model(**data)
         except (TypeError, ValueError) as exc:
@@ -120,9 +170,9 @@ CodecSpec: TypeAlias = "str | type[Any] | Codec | None"
 _NAMED: dict[str, Codec] = {"raw": RawCodec(), "str": StrCodec(), "json": JsonCodec()}
 
 
-def resolve_codec(spec: CodecSpec, default: str = "json") -> Codec:
+def resolve_codec(spec: CodecSpec, default: str = "json", *, checked: bool = False) -> Codec:
     """A codec from ``"json"``/``"raw"``/``"str"``, a Record subclass, ``str``/``bytes``, or one
-    already made."""
+    already made. ``checked``: decoded values must be of the declared type (topics)."""
     if spec is None:
         return _NAMED[default]
     if isinstance(spec, str):
@@ -137,10 +187,11 @@ def resolve_codec(spec: CodecSpec, default: str = "json") -> Codec:
     if spec is str:
         return _NAMED["str"]
     if spec in (int, float, bool, dict, list):
-        return _NAMED["json"]
+        assert isinstance(spec, type)
+        return CheckedJsonCodec(spec) if checked else _NAMED["json"]
     if isinstance(spec, type):
         if hasattr(spec, "asdict") and hasattr(spec, "_options"):
-            return RecordCodec(spec)
+            return RecordCodec(spec, checked=checked)
         raise ValueError(f"no codec for {spec.__name__}: use a faust.Record subclass")
     if hasattr(spec, "dumps") and hasattr(spec, "loads"):
         return spec

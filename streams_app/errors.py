@@ -45,6 +45,23 @@ class BrokerTooOld(StreamsAppError):
     """The broker lacks an API version exactly-once v2 depends on (KIP-447 needs Kafka 2.5+)."""
 
 
+class RecordError(StreamsAppError):
+    """The record itself cannot be processed as the topology declares it: bytes that do not
+    decode into the topic's type, a tombstone where a model is expected, a null key where a
+    table needs one. No retry can help, so it goes to the dead-letter topic at once, whatever
+    the error policy (see docs/guarantees.md, "Errors and dead letters")."""
+
+
+class NullKeyError(RecordError):
+    """A table was used while processing a record without a key.
+
+    Tables are partitioned like the topics that update them: a record's key decides its
+    partition, and so which table partition its task owns. A record without a key landed on a
+    partition its key never chose, so reading or writing a table row for it would touch the
+    row of some other partition (Kafka Streams' aggregations skip such records for the same
+    reason)."""
+
+
 class WorkerStopped(StreamsAppError):
     """The worker stopped because the error policy said so; carries the original error."""
 

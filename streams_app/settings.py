@@ -96,12 +96,16 @@ class Settings:
     max_poll_records: int = 2_000
     topic_partitions: int = 8
     topic_replication_factor: int = 1
-    #: What to do when an agent raises: retry (with backoff), stop the worker, or dlq.
-    error_policy: str = "retry"
+    #: What happens to a record whose agent still fails after ``max_retries`` retries: ``dlq``
+    #: (to the dead-letter topic, processing goes on), ``stop`` (the worker stops naming it),
+    #: ``retry`` (never give up: only its partition waits). See docs/guarantees.md.
+    error_policy: str = "dlq"
+    #: Backoff before the first retry of a failing record, doubling up to retry_backoff_max;
+    #: only the record's partition waits meanwhile.
     retry_backoff: float = 0.1
     retry_backoff_max: float = 10.0
-    #: Retries of one record before giving up (then the worker stops); None: forever.
-    max_retries: int | None = None
+    #: Retries of a failing record before error_policy applies; None: forever.
+    max_retries: int | None = 3
     #: Dead-letter topic name; ``{topic}`` is replaced by the source topic.
     dead_letter_topic: str = "{topic}.dlq"
     #: Add src_topic / src_partition / src_offset headers to every record sent while processing.

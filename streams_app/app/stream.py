@@ -40,6 +40,7 @@ class Stream:
         self._idle = asyncio.Event()
         self._wakeup = asyncio.Event()
         self._started = False
+        self._failed = False
 
     # -- what agents use ------------------------------------------------------------------
 
@@ -97,6 +98,8 @@ class Stream:
         return event
 
     def feed(self, event: Event) -> None:
+        if self._failed:
+            return  # nobody will take it: the failure aborts and this record comes round again
         self._inbox.append(event)
         if self._idle.is_set():
             self._idle.clear()
@@ -111,6 +114,14 @@ class Stream:
 
     def mark_idle(self) -> None:
         """The agent behind this stream stopped (returned or raised): nothing more will run."""
+        self._idle.set()
+
+    def mark_failed(self) -> None:
+        """The agent behind this stream raised. It stays idle: records handed over after the
+        failure (the dispatcher may still be feeding the batch) are dropped, since the failure
+        aborts the transaction and rewinds to before them."""
+        self._failed = True
+        self._inbox.clear()
         self._idle.set()
 
     def clear(self) -> None:

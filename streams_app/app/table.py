@@ -1,7 +1,9 @@
 """Table: a dict-like, partitioned, changelog-backed state store.
 
 Inside an agent, ``table[key]`` reads and writes the partition of the task that owns the record
-being processed (tables are co-partitioned with the topics that update them). Reads see the
+being processed (tables are co-partitioned with the topics that update them). A record without a
+key says nothing about which partition holds a row, so using a table while processing one raises
+:class:`~streams_app.errors.NullKeyError` (the record goes to the dead-letter topic). Reads see the
 task's own uncommitted writes; writes become durable in RocksDB only after the Kafka
 transaction that carries their changelog records commits.
 """
@@ -21,7 +23,7 @@ from streams_app.app.windows import (
     Windows,
 )
 from streams_app.codecs import Codec, CodecSpec, JsonCodec, resolve_codec
-from streams_app.errors import TopologyError
+from streams_app.errors import NullKeyError, TopologyError
 from streams_app.state.base import DELETED, PartitionTransaction
 from streams_app.state.windowed import SlidingValueCodec, WindowedTransaction, WindowKeyCodec
 
@@ -208,6 +210,13 @@ class Table(MutableMapping[Any, Any]):
                 return self._transaction_outside_event()
             task = scope
         else:
+            if event.raw_key is None:
+                raise NullKeyError(
+                    f"table {self.name!r} used while processing {event.topic}[{event.partition}]"
+                    f"@{event.offset}, a record without a key: its partition says nothing about "
+                    "which table partition holds the row. Give the record a key (or re-key the "
+                    "stream with group_by) before using a table"
+                )
             task = event.task
         tx = task.tables.get(self.name)
         if tx is None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from streams_app.app.context import SendFuture, current_runtime
 from streams_app.app.windows import instant_ms
-from streams_app.codecs import Codec, CodecSpec, resolve_codec
+from streams_app.codecs import Codec, CodecSpec, RecordCodec, resolve_codec
 from streams_app.errors import InvalidTimestamp, TopologyError
 
 if TYPE_CHECKING:
@@ -53,9 +53,14 @@ class Topic:
         self.name = name
         self.key_type = key_type
         self.value_type = value_type
-        # Keys default to raw bytes (as in Faust), values to JSON.
-        self.key_codec: Codec = resolve_codec(key_serializer or key_type, default="raw")
-        self.value_codec: Codec = resolve_codec(value_serializer or value_type, default="json")
+        # Keys default to raw bytes (as in Faust), values to JSON. Decoding checks the declared
+        # types: a value that does not fit is a poison record for the dead-letter topic.
+        self.key_codec: Codec = resolve_codec(
+            key_serializer or key_type, default="raw", checked=True
+        )
+        self.value_codec: Codec = resolve_codec(
+            value_serializer or value_type, default="json", checked=True
+        )
         self.partitions = partitions
         self.replicas = replicas
         self.config: dict[str, str] = dict(config or {})
@@ -91,6 +96,17 @@ class Topic:
             partition=partition,
             timestamp=timestamp,
         )
+
+    @property
+    def accepts_tombstones(self) -> bool:
+        """Whether a record without a value reaches the agents (as ``None``).
+
+        Not on topics whose values are a Record model: no model is ``None``, so such a
+        tombstone goes to the dead-letter topic as a :class:`~streams_app.codecs.TombstoneError`
+        instead of crashing the agent that reads ``order.item``. Untyped topics (JSON, raw,
+        str) deliver it, as Faust does, for agents that treat it as a delete.
+        """
+        return not isinstance(self.value_codec, RecordCodec)
 
     def use_timestamp_fn(self, fun: Callable[[Any], Any], owner: str) -> None:
         """An agent's ``timestamp_fn`` applies to its input topic: one per topic."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
 
 log = logging.getLogger(__name__)
 
@@ -96,17 +97,26 @@ class Generator:
         return self.result.sent / self.records if self.records else 1.0
 
     async def _producer(self) -> Any:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
-            enable_idempotence=True,
-            acks="all",
-            linger_ms=5,
-            request_timeout_ms=self.request_timeout_ms,
-            client_id="chaos-generator",
-        )
-        await producer.start()
-        self.result.producers += 1
-        return producer
+        """A started producer; while no broker answers (the soak restarts its only one), try
+        again every second: there is no event to wait for."""
+        while True:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap,
+                enable_idempotence=True,
+                acks="all",
+                linger_ms=5,
+                request_timeout_ms=self.request_timeout_ms,
+                client_id="chaos-generator",
+            )
+            try:
+                await producer.start()
+            except KafkaConnectionError:
+                await producer.stop()
+                log.info("generator: no broker answers; trying again in 1 s")
+                await asyncio.sleep(1.0)
+                continue
+            self.result.producers += 1
+            return producer
 
     async def run(self) -> GeneratorResult:
         result = self.result

@@ -23,6 +23,12 @@ workload of :mod:`streams_app.chaos.copier`, 12 the fault log's resume times):
 10. every local store partition equals the committed changelog up to the store's changelog
     offset (faust keeps no consistent offset: its stores must hold only committed values).
 
+With ``dead_letter_topic`` (the soak, :mod:`streams_app.chaos.soak`), ``data`` may also hold
+poison records (a value that is not an integer): they have no outputs, and each one below the
+committed offset must be in the dead-letter topic exactly once (7 when twice; 8 when missing, or
+when a dead letter names a good record or an uncommitted one: a poison record's one output is
+its dead letter).
+
 Each check counts violations (records, keys or partitions, as stated in the examples) and keeps a
 few examples. Outputs for inputs the group never committed are *extra*, not expected: a run that
 could not drain is judged on what it committed, and the lag shows under invariant 2.
@@ -110,6 +116,7 @@ class Verifier:
         concurrent: Mapping[tuple[str, int], array[int]] | None = None,
         acked: Acked | None = None,
         quiescence_timeout: float = 60.0,
+        dead_letter_topic: str | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.system = system
@@ -118,7 +125,10 @@ class Verifier:
         self.concurrent = concurrent
         self.acked = acked
         self.quiescence_timeout = quiescence_timeout
+        self.dead_letter_topic = dead_letter_topic
         self.result = Verification()
+        #: Input partition -> offsets of the poison records (values that are not integers).
+        self.poison: dict[int, set[int]] = defaultdict(set)
         # filled while verifying
         self.committed: dict[tuple[str, int], int] = {}
         self.data_keys: dict[int, array[int]] = {}
@@ -147,6 +157,7 @@ class Verifier:
         self._check_atomicity()
         await self._check_changelogs()
         self._check_concurrent()
+        await self._check_dead_letters()
         r.stats["violations"] = r.total
         return r
 
@@ -157,6 +168,8 @@ class Verifier:
 
     async def _check_quiescence(self) -> None:
         topics = [self.topics.data, *self.topics.outputs]
+        if self.dead_letter_topic is not None:
+            topics.append(self.dead_letter_topic)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.quiescence_timeout
         while True:
@@ -211,8 +224,15 @@ class Verifier:
             while len(k) < record.offset:  # a gap (never expected in a plain topic)
                 k.append(-1)
                 v.append(-1)
-            k.append(int(record.key))
-            v.append(int(record.value))
+            try:
+                key, value = int(record.key), int(record.value)
+            except (TypeError, ValueError):
+                if self.dead_letter_topic is None:
+                    raise
+                self.poison[record.partition].add(record.offset)
+                key = value = -1  # no outputs expected: it goes to the dead-letter topic
+            k.append(key)
+            v.append(value)
 
         ends = await scan(self.bootstrap, [self.topics.data], on_record)
         for tp, end in ends.items():
@@ -679,6 +699,47 @@ class Verifier:
             )
 
     # -- 6 -------------------------------------------------------------------------------------
+
+    async def _check_dead_letters(self) -> None:
+        """Each poison record the group committed past is dead-lettered once; nothing else is."""
+        topic = self.dead_letter_topic
+        if topic is None:
+            return
+        r = self.result
+        data = self.topics.data
+        seen: dict[tuple[int, int], int] = defaultdict(int)
+
+        def on_record(record: Any) -> None:
+            h = _headers(record)
+            where = f"{topic}[{record.partition}]@{record.offset}"
+            try:
+                source = (int(h["dlq.source.partition"]), int(h["dlq.source.offset"]))
+            except (KeyError, ValueError):
+                r.add(inv.ATOMICITY, 1, f"{where} has no dead-letter source headers")
+                return
+            if h.get("dlq.source.topic") != data.encode():
+                r.add(inv.ATOMICITY, 1, f"{where} comes from {h.get('dlq.source.topic')!r}")
+                return
+            seen[source] += 1
+            p, o = source
+            if seen[source] == 2:
+                r.add(inv.DUPLICATES, 1, f"{where}: input {p}@{o} dead-lettered again")
+            if o not in self.poison.get(p, ()):
+                r.add(inv.ATOMICITY, 1, f"{where}: dead letter for input {p}@{o}, a good record")
+            elif o >= self._c(data, p):
+                r.add(inv.ATOMICITY, 1, f"{where}: dead letter for {p}@{o}, not committed past")
+
+        await scan(self.bootstrap, [topic], on_record)
+        missing = 0
+        example = None
+        for p, offsets in self.poison.items():
+            for o in offsets:
+                if o < self._c(data, p) and not seen.get((p, o)):
+                    missing += 1
+                    example = example or f"poison input {p}@{o} committed past, not dead-lettered"
+        r.add(inv.ATOMICITY, missing, example)
+        r.stats["poison_inputs"] = sum(len(o) for o in self.poison.values())
+        r.stats["dead_letters"] = sum(seen.values())
 
     def _check_concurrent(self) -> None:
         if self.concurrent is None:

@@ -64,7 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    # argparse gives an optional positional (``send TOPIC [VALUE]``) nothing when an option
+    # comes between the two (``send orders --key k VALUE``, bpo-15112): hand it over here.
+    late = getattr(args, "late_positional", None)
+    if late and extras and len(extras) == 1 and getattr(args, late) is None:
+        setattr(args, late, extras.pop())
+    if extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
     logging.basicConfig(
         level=getattr(logging, str(args.loglevel).upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -15,10 +15,11 @@ either can be restarted alone. :class:`SinkRunner` also runs inside any asyncio 
 
 Failures:
 
-- the handler raises: the transaction rolls back, then the error policy decides: ``retry``
-  (rewind to the stored offsets, back off, fetch again), ``stop`` (the sink stops with an
-  error naming the batch), ``dlq`` (run the batch again one record per savepoint; the records
-  that still fail go to the dead-letter topic, the rest commit with the offsets);
+- the handler raises: the transaction rolls back, the batch is fetched again after a backoff
+  (``max_retries`` times), then the error policy decides: ``retry`` (go on retrying),
+  ``stop`` (the sink stops with an error naming the batch), ``dlq`` (run the batch again one
+  record per savepoint; the records that still fail go to the dead-letter topic, the rest
+  commit with the offsets);
 - a record that does not decode goes to the dead-letter topic in any case;
 - the database goes away: the batch is dropped, the connection retried with backoff (the log
   names ``host:port/db``, never the DSN), the partitions claimed again (a commit whose outcome
@@ -544,7 +545,9 @@ class SinkRunner:
             await self._commit(good, bad, updates, isolate=True)
             return
         self._rewind(updates)
-        self._backoff_until = asyncio.get_running_loop().time() + self.policy.backoff(failure)
+        assert failure.position is not None
+        delay = self.policy.backoff(failure.position)
+        self._backoff_until = asyncio.get_running_loop().time() + delay
 
     async def _dead_letter(self, items: Sequence[tuple[RecordLike, BaseException]]) -> None:
         """Send to the dead-letter topic and wait for the acknowledgements (before COMMIT)."""

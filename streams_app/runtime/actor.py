@@ -62,6 +62,7 @@ class Actor:
         except Exception as exc:
             self.error = exc
             self.failed_event = current_event.get()
+            self.input.mark_failed()
         finally:
             self.input.mark_idle()
 

@@ -26,10 +26,16 @@ Exactly-once v2 commit, for all tasks of the worker in **one** Kafka transaction
 5. **State.** Only now apply each task's table writes to its store partition, in one atomic
    batch with the changelog offset they correspond to. A crash before this step leaves the
    store behind the changelog, never ahead: restore reads the committed tail.
+6. **Decisions.** Tell the error policy which offsets are now committed (``on_commit``): the
+   dead-letter decisions and retry counts of records below them are history. Never earlier:
+   a decision must survive every abort until the transaction that carries it out commits.
 
 If anything fails before step 4, :meth:`Committer.abort` aborts the transaction, drops every
 task's pending writes and seeks every input partition back to its committed offset; processing
-resumes from there as if the failed attempt never happened. When the failure means this worker
+resumes from there as if the failed attempt never happened. An agent error does the same, then
+the error policy decides about the one record that failed (retry it after a backoff of its
+partition alone, in a transaction of its own; dead-letter it; or stop: see
+:mod:`streams_app.runtime.errors_policy`). When the failure means this worker
 lost its partitions (fenced producer, stale generation), :meth:`Committer.task_migrated`
 additionally closes every task and recreates the producer, and the worker rejoins the group.
 
@@ -42,7 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from streams_app.runtime.clock import Clock
 from streams_app.runtime.producer import StreamsProducer
@@ -77,6 +83,7 @@ class Committer:
         clear_inboxes: Callable[[], None],
         clock: Clock,
         uncommitted: UncommittedWrites | None = None,
+        on_commit: Callable[[Mapping[TopicPartition, int]], None] | None = None,
     ) -> None:
         self.guarantee = guarantee
         self.clock = clock
@@ -85,6 +92,7 @@ class Committer:
         self.tasks = tasks
         self._changelog_topic = changelog_topic
         self._clear_inboxes = clear_inboxes
+        self._on_commit = on_commit
         #: Group membership snapshotted at assignment (KIP-447); never read live.
         self.group: GroupMetadata | None = None
         self.commits = 0
@@ -145,6 +153,11 @@ class Committer:
         if early:
             self.early_commits += 1
         self.uncommitted.reset()
+        # 6. Decisions about records the commit moved past are history.
+        if self._on_commit is not None:
+            self._on_commit(
+                {tp: o for task in self.tasks.running() for tp, o in task.committed.items()}
+            )
         return True
 
     async def _send_changelog(self, task: Task) -> None:

@@ -71,6 +71,7 @@ def producer_config(settings: Settings, process_id: str) -> ProducerConfig:
     common = {
         "linger_ms": settings.producer_linger_ms,
         "max_batch_size": settings.producer_max_batch_size,
+        "max_request_size": settings.max_request_size,
         "compression_type": settings.compression_type,
         "client_id": f"{settings.id}-producer",
     }

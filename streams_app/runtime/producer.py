@@ -48,7 +48,12 @@ from streams_app.transport.base import (
     TopicPartition,
     Transport,
 )
-from streams_app.transport.errors import SendFailedError, TransportError
+from streams_app.transport.errors import (
+    RecordRejectedError,
+    SendFailedError,
+    TransportError,
+    is_record_rejected,
+)
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +167,8 @@ class StreamsProducer:
         self._eos = config.transactional_id is not None
         self._in_transaction = False
         self._pending: list[asyncio.Future[RecordMetadataLike]] = []
+        #: The topic of each pending send (same order), to name it when the broker refuses one.
+        self._pending_topics: list[str] = []
         # The batch path (see the module doc); _batcher is None with transports that lack it.
         self._batcher: BatchingProducerClient | None = None
         self._open: dict[tuple[str, int], _Batch] = {}
@@ -171,7 +178,9 @@ class StreamsProducer:
         self._ship_errors: list[BaseException] = []
         self._linger_handle: Cancellable | None = None
         self._linger_s = max(0.0, config.linger_ms / 1000)
-        self._direct_bytes = max(1024, config.max_batch_size // 2)
+        # Larger values take the record-by-record path, where the client checks them against
+        # max_request_size (a batch is not checked record by record).
+        self._direct_bytes = max(1024, min(config.max_batch_size, config.max_request_size) // 2)
         # Agents and the dispatch loop may send concurrently; only one of them may begin.
         self._begin_lock = asyncio.Lock()
         self.transactions_committed = 0
@@ -221,7 +230,7 @@ class StreamsProducer:
         await self._drop_batches()
         client, self._client = self._client, None
         self._batcher = None
-        self._pending.clear()
+        self._clear_pending()
         self._in_transaction = False
         if client is not None:
             with contextlib.suppress(Exception):
@@ -275,6 +284,7 @@ class StreamsProducer:
             timestamp_ms=timestamp_ms,
         )
         self._pending.append(future)
+        self._pending_topics.append(topic)
         self.stats.record(topic)
         return future
 
@@ -385,6 +395,7 @@ class StreamsProducer:
             finally:
                 self._shipping = None
             self._pending.append(future)
+            self._pending_topics.append(batch.topic)
             future.add_done_callback(batch.settle)
 
     async def _wait_shipped(self) -> None:
@@ -413,27 +424,43 @@ class StreamsProducer:
             batch.future.cancel()
 
     async def flush_and_check(self) -> None:
-        """Wait until every record of this commit is acknowledged; raise if any failed."""
+        """Wait until every record of this commit is acknowledged; raise if any failed.
+
+        A record the broker refused for good (too large for the topic, a topic we may not
+        write) raises :class:`RecordRejectedError` naming the topic: committing again would
+        fail the same way.
+        """
         await self._wait_shipped()
         if self._ship_errors:
             errors, self._ship_errors = self._ship_errors, []
-            self._pending.clear()
+            self._clear_pending()
             first = errors[0]
             if isinstance(first, TransportError):
                 raise first
             raise SendFailedError(f"a batch could not be sent: {type(first).__name__}: {first}")
         if not self._pending:
             return
-        await self.client.flush()
-        pending, self._pending = self._pending, []
+        pending, topics = self._pending, self._pending_topics
+        try:
+            await self.client.flush()
+        except SendFailedError as failed:
+            self._clear_pending()
+            _raise_if_rejected(pending, topics, failed)
+            raise
+        self._clear_pending()
         if not all(f.done() for f in pending):
             await asyncio.wait(pending)
+        _raise_if_rejected(pending, topics, None)
         for future in pending:
             if future.cancelled():
                 raise SendFailedError("a record's send was cancelled before it was acknowledged")
             exc = future.exception()
             if exc is not None:
                 raise SendFailedError(f"a record could not be sent: {type(exc).__name__}: {exc}")
+
+    def _clear_pending(self) -> None:
+        self._pending = []
+        self._pending_topics = []
 
     async def commit(
         self,
@@ -470,7 +497,7 @@ class StreamsProducer:
     async def abort(self) -> None:
         """Abort the open transaction; if the producer cannot, replace it (which aborts too)."""
         await self._drop_batches()
-        self._pending.clear()
+        self._clear_pending()
         if not self.exactly_once or not self._in_transaction:
             return
         try:
@@ -482,3 +509,19 @@ class StreamsProducer:
             self._in_transaction = False
             self.transactions_aborted += 1
             await self.recreate()
+
+
+def _raise_if_rejected(
+    futures: Sequence[asyncio.Future[RecordMetadataLike]],
+    topics: Sequence[str],
+    cause: BaseException | None,
+) -> None:
+    """Raise :class:`RecordRejectedError` naming the topic of the first refused send."""
+    for future, topic in zip(futures, topics, strict=False):
+        if not future.done() or future.cancelled():
+            continue
+        exc = future.exception()
+        if exc is not None and is_record_rejected(exc):
+            raise RecordRejectedError(
+                f"topic {topic!r} refused a record for good: {type(exc).__name__}"
+            ) from (cause or exc)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from streams_app.app.app import WALL_CLOCK
 from streams_app.app.context import Event, SendFuture, current_event, current_runtime
-from streams_app.codecs import DecodeError
+from streams_app.codecs import DecodeError, TombstoneError
 from streams_app.errors import InvalidTimestamp, WorkerStopped
 from streams_app.runtime import guarantees
 from streams_app.runtime.actor import AgentRunner
@@ -27,12 +27,8 @@ from streams_app.runtime.assignor import StreamsAssignor
 from streams_app.runtime.broker_limits import check_broker_limits, check_topic_limits
 from streams_app.runtime.clock import Clock, SystemClock
 from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN
-from streams_app.runtime.errors_policy import (
-    Decision,
-    ErrorPolicy,
-    Failure,
-    dead_letter_headers,
-)
+from streams_app.runtime.dead_letters import DeadLetter, DeadLetters
+from streams_app.runtime.errors_policy import Decision, ErrorPolicy, Failure, is_bad_record
 from streams_app.runtime.lag import running_lag
 from streams_app.runtime.measured_commit import MeasuredCommitter
 from streams_app.runtime.metrics import WorkerMetrics
@@ -60,7 +56,7 @@ from streams_app.transport.base import (
     TopicPartition,
     Transport,
 )
-from streams_app.transport.errors import TransportError
+from streams_app.transport.errors import TransportError, is_record_rejected
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
@@ -76,14 +72,20 @@ H_TXN_ID = "txn_id"
 H_GENERATION = "generation"
 
 
+def _nothing() -> None:
+    pass
+
+
 def _kafka_timestamp(record: RecordLike) -> int:
     return record.timestamp
 
 
 class AgentFailed(Exception):
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.describe())
-        self.failure = failure
+    """Agents failed on records of the batch being processed (one failure per record)."""
+
+    def __init__(self, failures: list[Failure]) -> None:
+        super().__init__("; ".join(f.describe() for f in failures))
+        self.failures = failures
 
 
 class Worker:
@@ -117,9 +119,11 @@ class Worker:
         self.stopped = asyncio.Event()
         self._stop_requested = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._backoff_until = 0.0
+        #: Partitions paused while a failed record of theirs backs off -> when they resume.
+        self.backing_off: dict[TopicPartition, float] = {}
         self.records_processed = 0
-        self.dead_lettered = 0
+        #: Records handed to the agents since the last time they were all done.
+        self._fed = 0
         self.error: BaseException | None = None
         #: The state memory budget: the read cache shared by every table and partition, and the
         #: uncommitted-writes budget. Their counters are the worker's state metrics.
@@ -134,6 +138,7 @@ class Worker:
         self._producer: StreamsProducer | None = None
         self._tasks: TaskManager | None = None
         self._committer: MeasuredCommitter | None = None
+        self._dead_letters: DeadLetters | None = None
         #: Standbys, warm-ups, fencing of departed members, probing (runtime/replicas.py).
         self.replicas: Replicas | None = None
         #: What /metrics exports (plain counters; see runtime.metrics).
@@ -163,6 +168,16 @@ class Worker:
     def committer(self) -> MeasuredCommitter:
         assert self._committer is not None, "worker not started"
         return self._committer
+
+    @property
+    def dead_letters(self) -> DeadLetters:
+        assert self._dead_letters is not None, "worker not started"
+        return self._dead_letters
+
+    @property
+    def dead_lettered(self) -> int:
+        """Records committed to dead-letter topics so far."""
+        return self._dead_letters.committed_count if self._dead_letters is not None else 0
 
     @property
     def admin(self) -> AdminClient:
@@ -278,6 +293,12 @@ class Worker:
             clock=self.clock,
         )
         await self._producer.start()  # exactly-once: fences our previous incarnation
+        self._dead_letters = DeadLetters(
+            self._producer,
+            self.plan.dead_letter_topics,
+            self.plan.partition_counts,
+            on_committed=self.metrics.dead_letter,
+        )
         self._restore_consumer = self.transport.consumer(guarantees.restore_consumer_config(conf))
         await self._restore_consumer.start()
         self._consumer = self.transport.consumer(
@@ -296,6 +317,7 @@ class Worker:
             clear_inboxes=self.runner.clear_inboxes,
             clock=self.clock,
             uncommitted=self.memory.uncommitted,
+            on_commit=self._on_commit,
             metrics=self.metrics,
         )
         now = self.clock.monotonic()
@@ -365,12 +387,8 @@ class Worker:
         stop = self._stop_requested
         poll_ms = max(5, min(100, int(interval * 1000)))
         while not stop.is_set():
-            if self._backoff_until:
-                delay = self._backoff_until - self.clock.monotonic()
-                self._backoff_until = 0.0
-                if delay > 0:
-                    await self._sleep_unless_stopped(delay)
-                    continue
+            if self.backing_off:
+                await self._resume_backed_off()
             if self.tasks.restoring():
                 await self._restore()
                 continue
@@ -380,8 +398,8 @@ class Worker:
                 max_records=conf.max_poll_records,
             )
             async with self._lock:
-                if self._timer_due:
-                    await self._run_due_timers()
+                if self._timer_due and await self._run_due_timers():
+                    continue  # a timer failed: the abort rewound the consumer past this batch
                 if not batch and self.committer.due(interval, conf.commit_every):
                     # Idle: a trailing transaction marker may have moved the position.
                     await self._sync_positions(list(self.tasks.by_tp))
@@ -396,30 +414,33 @@ class Worker:
                 if self.conf.processing_guarantee == AT_MOST_ONCE:
                     await committer.commit_offsets_before_processing(self._batch_offsets(batch))
                 await self._process(batch)
-            if committer.due(interval, self.conf.commit_every) and await committer.commit():
-                self.policy.succeeded()
+            if committer.due(interval, self.conf.commit_every):
+                await committer.commit()
         except AgentFailed as failed:
-            await self._on_agent_failure(failed.failure)
+            await self._on_agent_failures(failed.failures)
         except MIGRATED as exc:
+            self.dead_letters.aborted()
             await self._on_migrated(exc)
-        except PRODUCER_BROKEN as exc:
-            log.warning("transaction failed (%s): aborting and retrying", type(exc).__name__)
+        except TransportError as exc:  # PRODUCER_BROKEN and any other transaction failure
+            log.warning(
+                "transaction failed (%s: %s): aborting and retrying", type(exc).__name__, exc
+            )
+            await self.runner.stop()  # agents may still be sending into it (a batch mid-way)
             await committer.abort(recreate_producer=True)
-            await self.runner.restart()
-        except TransportError as exc:
-            log.warning("transaction failed (%s): aborting and retrying", type(exc).__name__)
-            await committer.abort(recreate_producer=True)
+            # A dead letter refused for good stops the worker naming its record; an output
+            # refused for good stops it too: committing again would fail the same way.
+            self.dead_letters.raise_if_refused()
+            if is_record_rejected(exc):
+                raise WorkerStopped(
+                    f"{exc}: the transaction cannot commit, and every retry would fail the same "
+                    "way. Stopping; nothing of it was committed. Fix: raise the topic's "
+                    "max.message.bytes (or make the record smaller); then restart"
+                ) from exc
             await self.runner.restart()
 
-    async def _sleep_unless_stopped(self, seconds: float) -> None:
-        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
-        stopper = asyncio.ensure_future(self._stop_requested.wait())
-        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        for pending in (sleeper, stopper):
-            pending.cancel()
-
-    async def _run_due_timers(self) -> None:
-        """Run timers whose time has come; what they send joins the open transaction."""
+    async def _run_due_timers(self) -> bool:
+        """Run timers whose time has come; what they send joins the open transaction.
+        Returns whether one failed (and the transaction was aborted)."""
         now = self.clock.monotonic()
         for timer in self._wall_timers:
             due = self._timer_due.get(timer.name)
@@ -429,8 +450,9 @@ class Worker:
             try:
                 await timer.fun()
             except Exception as exc:
-                await self._on_agent_failure(Failure.of(f"timer:{timer.name}", exc, None))
-                return
+                await self._on_agent_failures([Failure.of(f"timer:{timer.name}", exc, None)])
+                return True
+        return False
 
     def _batch_offsets(
         self, batch: Mapping[TopicPartition, Sequence[RecordLike]]
@@ -440,7 +462,9 @@ class Worker:
     async def _process(self, batch: Mapping[TopicPartition, Sequence[RecordLike]]) -> None:
         started = time.perf_counter()
         by_tp = self.tasks.by_tp
-        processed = 0
+        self._fed = 0  # what an earlier, failed batch fed does not count
+        retried = self._retried_partitions()
+        held: list[tuple[Task, TopicPartition, Sequence[RecordLike]]] = []
         for tp, records in batch.items():
             task = by_tp.get(tp)
             if task is None or not records:
@@ -454,26 +478,65 @@ class Worker:
             if group is not None:  # co-partitioned inputs: smallest timestamp first
                 group.add(key, records, self._ordering_timestamp(task, key))
                 continue
-            processed += await self._dispatch(task, key, records)
+            if key in retried:
+                index = self._first_retry(key, records)
+                if index is not None:
+                    await self._dispatch(task, key, records[:index])
+                    held.append((task, key, records[index:]))
+                    continue
+            await self._dispatch(task, key, records)
         if self._has_buffered():
-            processed += await self._process_buffered()
-        await self._check_agents()
+            await self._process_buffered()
+        await self._agents_done()
+        for task, key, records in held:
+            # A record that failed before is tried again in a transaction of its own, so that
+            # if it fails again its abort takes nothing else with it: commit first.
+            await self.committer.commit()
+            await self._dispatch(task, key, records[:1])
+            await self._agents_done()
+            await self._dispatch(task, key, records[1:])
+            await self._agents_done()
         if not self.punctuator.idle:
             try:
                 await self.punctuator.after_batch(self.tasks.running())
             except CallbackFailed as exc:
-                raise AgentFailed(Failure.of(exc.what, exc.error, None)) from exc
-        self.records_processed += processed
-        self.committer.records_since_commit += processed
+                failure = Failure.of(exc.what, exc.error, None, replayed=True)
+                raise AgentFailed([failure]) from exc
         await self._sync_positions(batch)
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
 
-    async def _check_agents(self) -> None:
+    async def _agents_done(self) -> None:
+        """Wait until the agents have processed everything handed to them; raise their
+        failures (one per record)."""
         await self.runner.wait_idle()
+        failures: dict[tuple[str, int, int] | None, Failure] = {}
         for actor in self.runner.failed():
             error = actor.error
             assert error is not None
-            raise AgentFailed(Failure.of(actor.name, error, actor.failed_event))
+            failure = Failure.of(actor.name, error, actor.failed_event)
+            failures.setdefault(failure.position, failure)
+        if failures:
+            raise AgentFailed(list(failures.values()))
+        self.records_processed += self._fed
+        self.committer.records_since_commit += self._fed
+        self._fed = 0
+
+    def _retried_partitions(self) -> set[TopicPartition]:
+        attempts = self.policy.attempts
+        if not attempts or self.conf.processing_guarantee == AT_MOST_ONCE:
+            return set()
+        poisoned = self.policy.poisoned
+        return {TopicPartition(p[0], p[1]) for p in attempts if p not in poisoned}
+
+    def _first_retry(self, tp: TopicPartition, records: Sequence[RecordLike]) -> int | None:
+        """Index of the first record of ``records`` that failed before (and is to be retried)."""
+        attempts, poisoned = self.policy.attempts, self.policy.poisoned
+        expected = self.tasks.by_tp[tp].offsets.get(tp, 0)
+        for index, record in enumerate(records):
+            position = (tp.topic, tp.partition, record.offset)
+            if record.offset >= expected and position in attempts and position not in poisoned:
+                return index
+        return None
 
     # -- co-partitioned inputs in timestamp order (runtime.partition_group) ----------------
 
@@ -521,27 +584,50 @@ class Worker:
             return 5
         return max(1, min(100, int((min(deadlines) - now) * 1000) + 1))
 
-    async def _process_buffered(self) -> int:
+    async def _process_buffered(self) -> None:
         """Process each ready group's records, smallest timestamp first. Between runs from
         different partitions, wait until the agents are idle: the records of two topics go to
         different agents, which must see them in that order too."""
-        processed = 0
         now = self.clock.monotonic()
+        retried = self._retried_partitions()
         for task in self.tasks.running():
             for group in task.groups():
                 last: TopicPartition | None = None
                 while group.ready(now):
                     tp, run = group.next_run()
                     if last is not None and tp != last:
-                        await self._check_agents()
+                        await self._agents_done()
                     last = tp
-                    processed += await self._dispatch(task, tp, run)
-                pause, resume = group.to_pause(), group.to_resume()
+                    if tp in retried:
+                        await self._dispatch_retries_alone(task, tp, run)
+                    else:
+                        await self._dispatch(task, tp, run)
+                # A partition backing off after a failure stays paused until its time is up.
+                pause = group.to_pause()
+                resume = [tp for tp in group.to_resume() if tp not in self.backing_off]
                 if pause:
                     self.consumer.pause(pause)
                 if resume:
                     self.consumer.resume(resume)
-        return processed
+
+    async def _dispatch_retries_alone(
+        self, task: Task, tp: TopicPartition, run: Sequence[RecordLike]
+    ) -> None:
+        """Dispatch a run in order, each record that failed before in a transaction of its
+        own (what came before it is committed first), so that if it fails again its abort
+        takes nothing else with it. For runs that must keep their order: a partition group's
+        (ungrouped partitions hold their retried records until the batch is done instead)."""
+        while run:
+            index = self._first_retry(tp, run)
+            if index is None:
+                await self._dispatch(task, tp, run)
+                return
+            await self._dispatch(task, tp, run[:index])
+            await self._agents_done()
+            await self.committer.commit()
+            await self._dispatch(task, tp, run[index : index + 1])
+            await self._agents_done()
+            run = run[index + 1 :]
 
     async def _sync_positions(self, partitions: Iterable[TopicPartition]) -> None:
         """Step the next-offset-to-commit over transaction markers (KAFKA-6607).
@@ -566,11 +652,13 @@ class Worker:
     async def _dispatch(self, task: Task, tp: TopicPartition, records: Sequence[RecordLike]) -> int:
         topic = self.app.topics[tp.topic]
         load_key, load_value = topic.key_codec.loads, topic.value_codec.loads
+        tombstones = topic.accepts_tombstones
         streams = [
             actors[tp.partition % len(actors)].input for actors in self.runner.actor_lists(tp.topic)
         ]
         forwarders = self.runner.forwarders.get(tp.topic, ())
-        poisoned = self.policy.poisoned
+        policy = self.policy
+        poisoned = policy.poisoned
         offsets = task.offsets
         expected = offsets.get(tp, 0)
         count = 0
@@ -583,18 +671,29 @@ class Worker:
             if offset < expected:
                 continue  # fetched before a rewind or rebalance: already processed
             if poisoned:
-                failure = self.policy.take_poisoned(tp.topic, tp.partition, offset)
-                if failure is not None:
-                    await self._dead_letter(record, failure.error, failure.agent)
+                failure = policy.poison_for(tp.topic, tp.partition, offset)
+                if failure is not None:  # decided before the abort that brought it round
+                    position = (tp.topic, tp.partition, offset)
+                    await self._dead_letter(
+                        record, failure.error, failure.agent, policy.attempts_of(position)
+                    )
                     offsets[tp] = offset + 1
                     continue
             raw_key, raw_value = record.key, record.value
             try:
                 key = None if raw_key is None else load_key(raw_key)
-                value = None if raw_value is None else load_value(raw_value)
+                if raw_value is not None:
+                    value = load_value(raw_value)
+                elif tombstones:
+                    value = None
+                else:
+                    raise TombstoneError(
+                        f"a record without a value (tombstone) on {tp.topic}, whose values are "
+                        "a Record model"
+                    )
             except Exception as exc:  # a poison record: dead-letter it, never crash-loop
                 error = exc if isinstance(exc, DecodeError) else DecodeError(str(exc))
-                await self._dead_letter(record, error, None)
+                await self._dead_letter(record, error, None, 0)
                 offsets[tp] = offset + 1
                 continue
             timestamp = record.timestamp
@@ -628,67 +727,151 @@ class Worker:
                         await forwarder.forward(event)
                 except Exception as exc:
                     name = f"group_by:{forwarder.target.name}"
-                    raise AgentFailed(Failure.of(name, exc, event)) from exc
+                    raise AgentFailed([Failure.of(name, exc, event)]) from exc
                 finally:
                     current_event.reset(token)
             offsets[tp] = offset + 1
             count += 1
+        self._fed += count
         self.metrics.count_in(tp.topic, count)
         return count
 
     async def _dead_letter(
-        self, record: RecordLike, error: BaseException, agent: str | None
+        self, record: RecordLike, error: BaseException, agent: str | None, attempts: int = 0
     ) -> None:
-        assert self.plan is not None
-        topic = self.plan.dead_letter_topics[record.topic]
-        log.warning(
-            "record %s[%d]@%d goes to dead-letter topic %s (%s)",
-            record.topic,
-            record.partition,
-            record.offset,
-            topic,
-            type(error).__name__,
+        await self.dead_letters.send(
+            DeadLetter(
+                record.topic,
+                record.partition,
+                record.offset,
+                record.key,
+                record.value,
+                tuple(record.headers),
+                error,
+                agent,
+                attempts,
+            )
         )
-        await self.producer.send(
-            topic,
-            key=record.key,
-            value=record.value,
-            partition=record.partition,
-            headers=dead_letter_headers(
-                error=error,
-                topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-                agent=agent,
-                original=tuple(record.headers),
-            ),
-        )
-        self.dead_lettered += 1
-        self.metrics.dead_letter(record.topic)
 
     # -- failure handling -----------------------------------------------------------------
 
-    async def _on_agent_failure(self, failure: Failure) -> None:
-        decision = self.policy.decide(failure)
-        log.error(
-            "%s; policy %s -> %s",
-            failure.describe(),
-            self.conf.error_policy,
-            decision.value,
-            exc_info=failure.error,
-        )
+    async def _on_agent_failures(self, failures: list[Failure]) -> None:
+        """Decide per record, undo the transaction once, then carry the decisions out.
+
+        Retried records pause only their own partition for the backoff: every other partition
+        is processed and committed meanwhile (see :mod:`streams_app.runtime.errors_policy`).
+        """
+        decisions = [(failure, self.policy.decide(failure)) for failure in failures]
+        for failure, decision in decisions:
+            if is_bad_record(failure.error) and decision is Decision.DEAD_LETTER:
+                log.warning("%s: a bad record, no retry can help", failure.describe())
+                continue
+            # The traceback once per record (its first failure) and with the final decision;
+            # the retries in between say which attempt failed.
+            attempts = self.policy.attempts_of(failure.position) if failure.position else 1
+            log.error(
+                "%s; policy %s -> %s%s",
+                failure.describe(),
+                self.conf.error_policy,
+                decision.value,
+                self._retry_note(failure, decision),
+                exc_info=failure.error if attempts <= 1 or decision is not Decision.RETRY else None,
+            )
         if self.conf.processing_guarantee == AT_MOST_ONCE:
-            # The offsets were committed before processing: the record is simply lost.
+            # The offsets were committed before processing: nothing to undo, nothing to retry.
             await self.runner.restart()
+            for failure, decision in decisions:
+                if decision is Decision.DEAD_LETTER and failure.event is not None:
+                    await self._dead_letter_event(failure)
         else:
+            # Agents may still be working on the batch (a group_by key function failed while
+            # it was being handed out): stop them before the abort, or they send into it.
+            await self.runner.stop()
             await self.committer.abort()
+            self.dead_letters.aborted()
             await self.runner.restart()
-        if decision is Decision.STOP:
-            raise WorkerStopped(failure.describe()) from failure.error
-        if decision is Decision.RETRY:
-            self._backoff_until = self.clock.monotonic() + self.policy.backoff(failure)
+        for failure, decision in decisions:
+            if decision is Decision.STOP and failure.replayed:
+                raise WorkerStopped(
+                    f"{failure.describe()}, {self.policy.callback_failures} times in a row: it "
+                    "runs again whenever the abort replays its records, and there is no record "
+                    "to dead-letter. Stopping; nothing of it was committed. Fix the callback, "
+                    "then restart"
+                ) from failure.error
+            if decision is Decision.STOP:
+                raise WorkerStopped(failure.describe()) from failure.error
+        for failure, decision in decisions:
+            if decision is Decision.RETRY:
+                self._back_off(failure)
+
+    def _retry_note(self, failure: Failure, decision: Decision) -> str:
+        if decision is not Decision.RETRY:
+            return ""
+        if failure.position is None:
+            attempts = self.policy.callback_failures
+        else:
+            attempts = self.policy.attempts_of(failure.position)
+        limit = self.conf.max_retries if self.conf.error_policy != "retry" else None
+        of = f"/{limit}" if limit is not None else ""
+        return f" (retry {attempts}{of} in {self.policy.backoff(failure.position):g}s)"
+
+    async def _dead_letter_event(self, failure: Failure) -> None:
+        """At-most-once: dead-letter a failed record at once (it will not come round)."""
+        event = failure.event
+        assert event is not None and failure.position is not None
+        self.policy.poisoned.pop(failure.position, None)
+        await self.dead_letters.send(
+            DeadLetter(
+                event.topic,
+                event.partition,
+                event.offset,
+                event.raw_key,
+                event.raw_value,
+                event.headers,
+                failure.error,
+                failure.agent,
+                self.policy.attempts_of(failure.position),
+            )
+        )
+
+    def _back_off(self, failure: Failure) -> None:
+        """Pause the failed record's partition until its backoff is over (a replayed
+        callback: every partition, as it is not known which task's records run it)."""
+        tp, position = failure.tp, failure.position
+        if failure.replayed:  # restoring tasks' partitions stay paused by the restore
+            paused = [tp for tp, task in self.tasks.by_tp.items() if task.state == RUNNING]
+        elif tp is None or position is None or tp not in self.tasks.by_tp:
+            return
+        else:
+            paused = [tp]
+        delay = self.policy.backoff(position)
+        until = self.clock.monotonic() + delay
+        self.consumer.pause(paused)
+        for each in paused:
+            self.backing_off[each] = max(until, self.backing_off.get(each, 0.0))
+        # Nothing needs to run then (the loop looks at every turn), but a manual clock (the
+        # test driver) learns that time has to pass.
+        self.clock.call_later(delay, _nothing)
+
+    async def _resume_backed_off(self) -> None:
+        now = self.clock.monotonic()
+        due = [tp for tp, until in self.backing_off.items() if until <= now]
+        if not due:
+            return
+        async with self._lock:
+            for tp in due:
+                self.backing_off.pop(tp, None)
+            owned = [tp for tp in due if tp in self.tasks.by_tp]
+            if owned:
+                self.consumer.resume(owned)
+
+    def _on_commit(self, committed: Mapping[TopicPartition, int]) -> None:
+        self.policy.committed(committed)
+        self.dead_letters.committed()
 
     async def _on_migrated(self, exc: BaseException) -> None:
+        await self.runner.stop()
+        self.backing_off.clear()  # the rejoin pauses and resumes every partition itself
         await self.committer.task_migrated(exc)
         if self.replicas is not None:
             self.replicas.forget_active()
@@ -795,6 +978,8 @@ class _RebalanceListener:
                     await worker.producer.recreate()
             worker.tasks.close_all()
             worker.committer.group = None
+            worker.dead_letters.aborted()
+            worker.backing_off.clear()  # a new assignment starts unpaused
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         worker = self.worker
@@ -805,6 +990,7 @@ class _RebalanceListener:
             worker.committer.group = consumer.group_metadata()
             worker.metrics.rebalances += 1
             tps = sorted(TopicPartition(tp[0], tp[1]) for tp in assigned)
+            worker.policy.keep_only(tps)  # decisions about partitions now elsewhere are moot
             tasks = worker.tasks.assign(tps)
             if worker.replicas is not None:
                 # Standbys (before any restore), fencing departed members (before reading

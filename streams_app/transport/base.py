@@ -180,6 +180,8 @@ class ProducerConfig:
     request_timeout_ms: int = 30_000
     linger_ms: int = 5
     max_batch_size: int = 256 * 1024
+    #: The largest request (and so the largest record) the producer sends.
+    max_request_size: int = 1024 * 1024
     compression_type: str | None = None
     client_id: str = "streams-app"
 

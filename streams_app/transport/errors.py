@@ -9,11 +9,22 @@ exception types. The classification follows Kafka Streams' ``StreamsProducer``/`
   commit. Abort it, rewind to the committed offsets, and retry.
 - :class:`FatalProducerError`: the producer is unusable. Recreate it (which aborts whatever it
   left open), rewind and retry.
+- :class:`RecordRejectedError`: one record will never be accepted (too large, an invalid
+  topic). Retrying the transaction cannot help: the record that caused it goes to the
+  dead-letter topic, or the worker stops naming it (Kafka Streams' ``ProductionExceptionHandler``
+  decides the same case).
 """
 
 from __future__ import annotations
 
-from streams_app.errors import StreamsAppError
+from streams_app.errors import RecordError, StreamsAppError
+
+#: Kafka protocol error codes that refuse a record, or its topic, for good: CORRUPT_MESSAGE (2),
+#: MESSAGE_TOO_LARGE (10), INVALID_TOPIC_EXCEPTION (17), RECORD_LIST_TOO_LARGE (18),
+#: POLICY_VIOLATION (44), INVALID_RECORD (87). A broker that is away fails sends with other,
+#: retriable codes (or a timeout), which are not a rejection. A missing ACL is not one either:
+#: it is the worker's permissions that are wrong, not the record.
+RECORD_REJECTED_CODES = frozenset({2, 10, 17, 18, 44, 87})
 
 
 class TransportError(StreamsAppError):
@@ -42,3 +53,24 @@ class TransactionAbortableError(TransportError):
 
 class FatalProducerError(TransportError):
     """The producer hit an error it cannot recover from; it must be recreated, never reused."""
+
+
+class RecordRejectedError(SendFailedError, RecordError):
+    """The client or the broker refused a record for good (see :data:`RECORD_REJECTED_CODES`)."""
+
+
+def is_record_rejected(exc: BaseException | None) -> bool:
+    """Is ``exc`` (or an error it was raised from) a refusal of the record itself?
+
+    Send futures fail with the client's own exceptions; Kafka clients carry the protocol error
+    code on them (aiokafka as ``errno``), which is what this looks at.
+    """
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, RecordRejectedError):
+            return True
+        if getattr(exc, "errno", None) in RECORD_REJECTED_CODES:
+            return True
+        exc = exc.__cause__
+        seen += 1
+    return False

@@ -81,9 +81,11 @@ from streams_app.transport.errors import (
     CommitFailedError,
     FatalProducerError,
     ProducerFencedError,
+    RecordRejectedError,
     SendFailedError,
     TransactionAbortableError,
     TransportError,
+    is_record_rejected,
 )
 
 log = logging.getLogger(__name__)
@@ -644,6 +646,7 @@ class KafkaProducerClient:
             "request_timeout_ms": config.request_timeout_ms,
             "linger_ms": config.linger_ms,
             "max_batch_size": config.max_batch_size,
+            "max_request_size": config.max_request_size,
             "compression_type": config.compression_type,
         }
         if config.transactional_id is not None:
@@ -710,6 +713,8 @@ class KafkaProducerClient:
         if isinstance(exc, OffsetCommitFencedError | InvalidGroupMetadataError):
             return CommitFailedError(str(exc))
         if isinstance(exc, TransactionSendFailedError):
+            if any(is_record_rejected(failure) for failure in exc.failures):
+                return RecordRejectedError(str(exc))
             return SendFailedError(str(exc))
         if isinstance(exc, aerrors.IllegalOperation):
             return TransportError(str(exc))
@@ -767,7 +772,9 @@ class KafkaProducerClient:
 
     def _send_failed(self, topic: str, exc: aerrors.KafkaError) -> BaseException:
         mapped = self._translate(exc)
-        if not isinstance(mapped, ProducerFencedError | FatalProducerError | AuthorizationError):
+        if is_record_rejected(exc):
+            mapped = RecordRejectedError(f"send to topic {topic!r} refused: {exc!r}")
+        elif not isinstance(mapped, ProducerFencedError | FatalProducerError | AuthorizationError):
             mapped = SendFailedError(f"send to topic {topic!r} failed: {exc!r}")
         return mapped
 

@@ -129,13 +129,14 @@ async def test_an_agent_error_aborts_and_the_retry_succeeds(
 
 
 async def test_the_stop_policy_stops_the_worker(topology_driver: DriverFactory) -> None:
-    app, _ = failing_app(fail_times=1, error_policy="stop")
+    app, attempts = failing_app(fail_times=10, error_policy="stop", max_retries=2)
     async with topology_driver(app) as driver:
         await driver.pipe_many("flaky-in", RECORDS)
         with pytest.raises(WorkerFailed) as failed:
             await driver.run_until_idle()
         assert isinstance(failed.value.error, WorkerStopped)
         assert driver.workers[0].status == "failed"
+        assert attempts == {2: 3}  # the first attempt and max_retries retries
         # Nothing of the failed attempt, or after it, was committed.
         assert [v for _, v in await driver.read_key_values("flaky-echo")] in ([], [1, 2])
 
@@ -168,3 +169,23 @@ async def test_a_poison_record_goes_to_the_dead_letter_topic(
         assert_output(await driver.read("flaky-sum"), [("a", 1), ("a", 3)])
         (dead,) = await driver.read("flaky-in.dlq")
         assert dead.header(H_SOURCE_OFFSET) == b"1"
+
+
+@pytest.mark.streams_backends("memory")
+async def test_at_most_once_never_retries_a_failing_record(
+    topology_driver: DriverFactory,
+) -> None:
+    """Retrying would repeat what the failed attempt sent (no transaction takes it back): the
+    record is dead-lettered at once, and the records after it are processed. Nothing is undone
+    either: its table write before the exception stays (16 + 4 = 20)."""
+    app, attempts = failing_app(fail_times=10, processing_guarantee="at_most_once")
+    async with topology_driver(app) as driver:
+        await driver.pipe_many("flaky-in", RECORDS[:3])
+        await driver.run_until_idle()
+        await driver.pipe_many("flaky-in", RECORDS[3:])
+        await driver.run_until_idle()
+
+        assert attempts == {2: 1}
+        (dead,) = await driver.read("flaky-in.dlq")
+        assert dead.header(H_ERROR_TYPE) == b"RuntimeError"
+        assert [v for _, v in await driver.read_key_values("flaky-sum")] == [1, 3, 20, 5]

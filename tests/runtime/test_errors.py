@@ -7,10 +7,21 @@ import json
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import MessageSizeTooLargeError
 
 from streams_app import App, WorkerStopped
 from streams_app.readback import read_topics
-from streams_app.runtime.errors_policy import H_ERROR_TYPE, H_SOURCE_OFFSET, H_SOURCE_TOPIC
+from streams_app.runtime.errors_policy import (
+    H_ATTEMPTS,
+    H_ERROR_TYPE,
+    H_SOURCE_OFFSET,
+    H_SOURCE_TOPIC,
+)
+from streams_app.transport.base import TopicSpec
+from tests.kafka.helpers import create_topics
 from tests.runtime.helpers import running_worker, wait_until
 
 
@@ -102,7 +113,9 @@ async def test_dlq_policy_dead_letters_the_record_once_and_goes_on(
     assert dlq[0].header(H_ERROR_TYPE) == b"RuntimeError"
     assert dlq[0].header(H_SOURCE_TOPIC) == f"in-{unique}".encode()
     assert dlq[0].header(H_SOURCE_OFFSET) == b"2"
-    assert attempts == {2: 1}
+    # Retried max_retries (3) times, each after a backoff of its partition, then dead-lettered.
+    assert dlq[0].header(H_ATTEMPTS) == b"4"
+    assert attempts == {2: 4}
 
 
 async def test_stop_policy_stops_the_worker_with_nothing_partial_visible(
@@ -146,3 +159,145 @@ async def test_undecodable_record_goes_to_the_dead_letter_topic_in_the_transacti
     assert [r.value for r in dlq] == [b"\x00poison"]
     assert dlq[0].header(H_ERROR_TYPE) == b"DecodeError"
     assert dlq[0].header(H_SOURCE_OFFSET) == b"1"
+
+
+async def test_two_poison_records_in_one_window_are_both_dead_lettered_without_livelock(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    """Two records that make the agent raise, on two partitions, fetched in one batch (one
+    uncommitted window): each failure aborts the transaction, and the dead-letter decision of
+    the first must survive the abort caused by the second."""
+    attempts: dict[int, int] = {}
+    app = failing_app(unique, bootstrap_servers, attempts, fail_times=99, error_policy="dlq")
+    topic = f"in-{unique}"
+    await create_topics(bootstrap_servers, TopicSpec(topic, 2, 1))
+    async with app.producer() as producer:  # both in the topic before the worker fetches
+        for partition in (0, 1):
+            for value in (1, 13, 2):
+                await producer.send(topic, key="a", value=value, partition=partition)
+    async with running_worker(app, tmp_path / "s") as worker:
+
+        async def done() -> bool:
+            return len((await outputs(bootstrap_servers, unique))["sum"]) >= 4
+
+        await wait_until(done, timeout=30)
+        aborts = worker.producer.transactions_aborted
+    dlq = (await read_topics(bootstrap_servers, [f"{topic}.dlq"]))[f"{topic}.dlq"]
+    assert sorted((r.partition, r.header(H_SOURCE_OFFSET)) for r in dlq) == [(0, b"1"), (1, b"1")]
+    out = await outputs(bootstrap_servers, unique)
+    assert sorted(v for _, v in out["echo"]) == [1, 1, 2, 2]
+    # Each poison record costs at most (max_retries + 1) aborts; nothing loops.
+    assert aborts <= 2 * ((app.conf.max_retries or 0) + 1)
+
+
+async def limit_topic(bootstrap: str, topic: str, max_bytes: int) -> None:
+    """Lower a topic's max.message.bytes while a worker runs (a start-time check cannot see
+    it coming), and wait until the broker applies it: a probe twice that size is refused.
+    The probes carry no dead-letter or lineage headers, so the checks below tell them apart."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": str(max_bytes)})]
+        )
+    finally:
+        await admin.close()
+
+    async def refused() -> bool:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"x" * (2 * max_bytes), partition=0)
+        except MessageSizeTooLargeError:
+            return True
+        finally:
+            await producer.stop()
+        return False
+
+    await wait_until(refused, timeout=30, interval=0.2)
+
+
+async def test_a_dead_letter_the_topic_refuses_stops_the_worker_instead_of_looping(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    """The dead-letter topic takes at most 2 kB (its max.message.bytes, lowered while the
+    worker runs): the broker refuses the copy of a 5 kB poison record at commit. Retrying would
+    fail the same way forever, so the worker stops, naming the record."""
+    attempts: dict[int, int] = {}
+    app = failing_app(unique, bootstrap_servers, attempts, fail_times=0)
+    topic = f"in-{unique}"
+    worker = app.worker(state_dir=tmp_path / "s")
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(worker.started.wait(), 60)
+    await limit_topic(bootstrap_servers, f"{topic}.dlq", 2000)
+    async with app.producer() as producer:
+        await producer.send(topic, key="a", value=1, partition=0)
+        raw = app.topic("raw-view", value_serializer="raw")
+        raw.name = topic
+        await producer.send(raw, key=None, value=b"x" * 5000, partition=0)  # not an int
+    with pytest.raises(WorkerStopped, match=rf"cannot dead-letter {topic}\[0\]@1 \(DecodeError\)"):
+        await asyncio.wait_for(run, 60)
+    assert worker.producer.transactions_aborted <= 2
+    dlq = (await read_topics(bootstrap_servers, [f"{topic}.dlq"]))[f"{topic}.dlq"]
+    assert [r for r in dlq if r.header(H_SOURCE_OFFSET) is not None] == []
+
+
+async def test_a_failing_group_by_key_mid_batch_aborts_cleanly(
+    bootstrap_servers: str, unique: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The key function of a group_by fails while the batch is still being handed out, so the
+    other agent is still processing it: the agents are stopped before the abort, never sending
+    into a transaction being aborted (that used to fail the retry transaction too)."""
+    app = App(f"gb-{unique}", broker=bootstrap_servers, topic_partitions=1, retry_backoff=0.05)
+    topic = f"gb-in-{unique}"
+    source = app.topic(topic, key_type=str, value_type="json")
+    echo = app.topic(f"gb-echo-{unique}", key_type=str, value_type="json")
+
+    def bucket(value: object) -> int:
+        assert isinstance(value, int), "not a number"
+        return value % 10
+
+    @app.agent(source)
+    async def copy(stream):  # type: ignore[no-untyped-def]
+        async for key, value in stream.items():
+            await echo.send(key=key, value=value)
+
+    @app.agent(source)
+    async def regroup(stream):  # type: ignore[no-untyped-def]
+        async for _ in stream.group_by(bucket, name="bucket"):
+            pass
+
+    await create_topics(bootstrap_servers, TopicSpec(topic, 1, 1))
+    async with app.producer() as producer:  # all in one fetch
+        for i in range(300):
+            await producer.send(topic, key="k", value=i if i != 150 else "poison")
+    async with running_worker(app, tmp_path / "s") as worker:
+        await wait_until(lambda: worker.dead_lettered == 1 and worker.records_processed >= 299)
+    assert not [r for r in caplog.records if "transaction failed" in r.getMessage()]
+    out = (await read_topics(bootstrap_servers, [f"gb-echo-{unique}"]))[f"gb-echo-{unique}"]
+    assert sorted(json.loads(r.value or b"null") for r in out) == [
+        i for i in range(300) if i != 150
+    ]
+
+
+async def test_an_output_the_broker_refuses_at_commit_stops_the_worker_naming_the_topic(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    """The echo topic takes at most 2 kB (lowered while the worker runs): the broker refuses a
+    4 kB output when the transaction is sent. No input record can be blamed for it, and every
+    retry would fail the same way, so the worker stops naming the topic (Kafka Streams'
+    ProductionExceptionHandler: FAIL)."""
+    attempts: dict[int, int] = {}
+    app = failing_app(unique, bootstrap_servers, attempts, fail_times=0)
+    topic, echo = f"in-{unique}", f"echo-{unique}"
+    worker = app.worker(state_dir=tmp_path / "s")
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(worker.started.wait(), 60)
+    await limit_topic(bootstrap_servers, echo, 2000)
+    async with app.producer() as producer:
+        await producer.send(topic, key="a", value=10**4000, partition=0)  # 4001 digits
+    with pytest.raises(WorkerStopped, match=f"topic '{echo}' refused a record for good"):
+        await asyncio.wait_for(run, 60)
+    assert worker.producer.transactions_aborted <= 2
+    outputs = (await read_topics(bootstrap_servers, [echo]))[echo]
+    assert [r for r in outputs if r.header("src_offset") is not None] == []

@@ -1,0 +1,147 @@
+"""Dead-letter topics: where records that cannot be processed go, inside the transaction.
+
+A dead letter is a copy of the consumed record (same key, value and headers, same partition
+number) plus headers saying what failed and where the record came from
+(:func:`~streams_app.runtime.errors_policy.dead_letter_headers`). It is sent in the same
+transaction that moves the input offset past the record, so the record is either dead-lettered
+and skipped, or neither: never lost, never dead-lettered twice for ``read_committed`` readers.
+
+If the dead-letter topic refuses the copy for good (larger than ``max_request_size`` or the
+topic's ``max.message.bytes``), sending it again would fail again: the worker stops with
+:class:`DeadLetterRefused`, naming the record, instead of looping. The refusal is seen either
+at once (the client checks the size before sending) or when the transaction's sends are
+checked at commit (:meth:`DeadLetters.raise_if_refused`, after the abort).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from streams_app.app.context import SendFuture
+from streams_app.errors import WorkerStopped
+from streams_app.runtime.errors_policy import dead_letter_headers
+from streams_app.runtime.producer import StreamsProducer
+from streams_app.transport.errors import TransportError, is_record_rejected
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record on its way to a dead-letter topic: where it came from and why."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]]
+    error: BaseException
+    agent: str | None
+    attempts: int = 0
+
+    def where(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+class DeadLetterRefused(WorkerStopped):
+    """The dead-letter topic refused a record for good: the worker stops, naming the record."""
+
+    def __init__(self, letter: DeadLetter, dead_letter_topic: str, cause: BaseException) -> None:
+        self.topic = letter.topic
+        self.partition = letter.partition
+        self.offset = letter.offset
+        self.agent = letter.agent
+        self.error = letter.error
+        self.cause = cause
+        agent = f"agent {letter.agent}, " if letter.agent else ""
+        super().__init__(
+            f"cannot dead-letter {letter.where()} ({agent}{type(letter.error).__name__}): "
+            f"topic {dead_letter_topic!r} refused it for good ({type(cause).__name__}). "
+            "Stopping rather than retrying forever; nothing of it was committed and the record "
+            f"is still at {letter.where()}. Fix: raise max_request_size (and the broker's "
+            "message.max.bytes / the topic's max.message.bytes) if it is too large, or fix "
+            "what made the record fail; then restart"
+        )
+
+
+class DeadLetters:
+    """The dead letters of the open transaction, and the count of committed ones."""
+
+    def __init__(
+        self,
+        producer: StreamsProducer,
+        topics: Mapping[str, str],
+        partition_counts: Mapping[str, int],
+        *,
+        on_committed: Callable[[str], None] | None = None,
+    ) -> None:
+        self.producer = producer
+        #: Told the source topic of each dead letter once its transaction commits (metrics:
+        #: a dead letter sent again after an abort counts once).
+        self._on_committed = on_committed
+        #: Source topic -> its dead-letter topic.
+        self.topics = topics
+        self._partition_counts = partition_counts
+        self._open: list[tuple[SendFuture, DeadLetter]] = []
+        #: Dead letters committed so far (a record sent again after an abort counts once).
+        self.committed_count = 0
+
+    async def send(self, letter: DeadLetter) -> None:
+        topic = self.topics[letter.topic]
+        log.warning(
+            "record %s goes to dead-letter topic %s (%s%s)",
+            letter.where(),
+            topic,
+            type(letter.error).__name__,
+            f" after {letter.attempts} attempts" if letter.attempts > 1 else "",
+        )
+        count = self._partition_counts.get(topic)
+        partition = letter.partition if not count else letter.partition % count
+        try:
+            future = await self.producer.send(
+                topic,
+                key=letter.key,
+                value=letter.value,
+                partition=partition,
+                headers=dead_letter_headers(
+                    error=letter.error,
+                    topic=letter.topic,
+                    partition=letter.partition,
+                    offset=letter.offset,
+                    agent=letter.agent,
+                    attempts=letter.attempts,
+                    original=tuple(letter.headers),
+                ),
+            )
+        except TransportError as exc:
+            if is_record_rejected(exc):
+                raise DeadLetterRefused(letter, topic, exc) from exc
+            raise
+        self._open.append((future, letter))
+
+    def raise_if_refused(self) -> None:
+        """After a failed commit (and its abort): stop if a dead letter was what failed.
+
+        Forgets the transaction's dead letters either way: they were aborted with it, and the
+        records they came from are dead-lettered again when they come round.
+        """
+        sent, self._open = self._open, []
+        for future, letter in sent:
+            if not future.done() or future.cancelled():
+                continue
+            exc = future.exception()
+            if exc is not None and is_record_rejected(exc):
+                raise DeadLetterRefused(letter, self.topics[letter.topic], exc) from exc
+
+    def aborted(self) -> None:
+        self._open.clear()
+
+    def committed(self) -> None:
+        self.committed_count += len(self._open)
+        if self._on_committed is not None:
+            for _, letter in self._open:
+                self._on_committed(letter.topic)
+        self._open.clear()
