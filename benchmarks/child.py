@@ -142,10 +142,17 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
     worker = app.worker(state_dir=Path(args.state_dir))
     stop = _stop_event()
     stopper = asyncio.create_task(_stop_on(stop, worker.request_stop))
+    reporter = (
+        asyncio.create_task(_report_memory(worker, args.report_every))
+        if args.report_every
+        else None
+    )
     try:
         await worker.run()
     finally:
         stopper.cancel()
+        if reporter is not None:
+            reporter.cancel()
     return {
         "records_processed": worker.records_processed,
         "commits": worker.committer.commits if worker._committer else None,
@@ -154,6 +161,45 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
         "commit_phase_seconds": {k: round(v, 3) for k, v in sorted(phases.items())},
         "transaction_version": seen_version[0],
     }
+
+
+async def _report_memory(worker: Any, every: float) -> None:
+    """Print ``MEM <json>`` every ``every`` seconds: the worker's state-memory counters and
+    RocksDB's own figures, for the state-scale benchmark (benchmarks/state_scale.py)."""
+    await worker.started.wait()
+    while True:
+        await asyncio.sleep(every)
+        with contextlib.suppress(Exception):  # a rebalance may close partitions meanwhile
+            print("MEM " + json.dumps(_memory_figures(worker)), flush=True)
+
+
+def _memory_figures(worker: Any) -> dict[str, Any]:
+    figures: dict[str, Any] = dict(worker.memory.stats()) if hasattr(worker, "memory") else {}
+    memtables = 0
+    block_cache = None
+    table_readers = 0
+    partitions = 0
+    for store in worker.stores.values():
+        for part in list(getattr(store, "_partitions", {}).values()):
+            db = getattr(part, "_db", None)
+            if db is None:
+                continue
+            partitions += 1
+            memtables += db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
+            table_readers += db.property_int_value("rocksdb.estimate-table-readers-mem") or 0
+            block_cache = db.property_int_value("rocksdb.block-cache-usage")
+    figures.update(
+        rocksdb_partitions=partitions,
+        rocksdb_memtable_bytes=memtables,
+        rocksdb_block_cache_bytes=block_cache,
+        rocksdb_table_readers_bytes=table_readers,
+        records_processed=worker.records_processed,
+        commits=worker.committer.commits if worker._committer else None,
+        early_commits=getattr(worker.committer, "early_commits", None)
+        if worker._committer
+        else None,
+    )
+    return figures
 
 
 def _transaction_version(producer: Any) -> int | None:
@@ -260,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
         "--topology", default="topologies.count", help="streams_app: the module of the app"
     )
     parser.add_argument("--set", action="append", default=[], help="streams_app NAME=VALUE")
+    parser.add_argument(
+        "--report-every", type=float, default=0.0, help="print MEM <json> every N seconds"
+    )
     parser.add_argument("--profile", help="write a pyinstrument profile to PATH(.txt/.html)")
     args = parser.parse_args(argv)
     if args.system == "faust":  # faust runs its own event loop (and prints STATS itself)

@@ -25,6 +25,9 @@ duplicate and no gap, every input counted, and, for systems that claim exactly-o
 in transactions (markers in every partition). A run that fails the check is reported and left
 out of the medians and ratios.
 
+``--state-scale`` runs the state-scale benchmark instead (``benchmarks/state_scale.py``: RSS,
+records/s and read-cache hit rate with millions of distinct keys; its own options).
+
 Prints a table and writes ``bench-results.json``: ``{"runs": [{"system", "guarantee", "key",
 "records", "seconds", "records_per_s", "cpu_seconds", "correct", ...}, ...], "summary": {...}}``.
 Not a test. ``--profile eos`` samples a streams_app worker with py-spy and writes a
@@ -810,6 +813,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--state-scale" in argv:
+        # The state-scale benchmark has options of its own (benchmarks/state_scale.py).
+        from benchmarks.state_scale import main as state_scale
+
+        return state_scale([a for a in argv if a != "--state-scale"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=8)

@@ -116,6 +116,19 @@ class Settings:
     #: (the chaos verifier) can prove no fenced zombie got anything committed. Off by default.
     transaction_headers: bool = False
     restore_timeout: float = 300.0
+    # State memory (docs/memory.md): one budget per worker, whatever the partitions it owns.
+    #: Bytes of decoded committed table values cached in Python, shared by all tables and
+    #: partitions (Kafka Streams' statestore.cache.max.bytes); 0 turns the cache off.
+    state_cache_max_bytes: int = 64 * 1024 * 1024
+    #: Bytes of pending table writes (all tasks) above which the worker commits early, at the
+    #: next quiescent point (KIP-892's statestore.uncommitted.max.bytes); None: no bound.
+    state_uncommitted_max_bytes: int | None = 64 * 1024 * 1024
+    #: RocksDB block cache shared by every table partition of the worker (data, index, filters).
+    rocksdb_block_cache_bytes: int = 64 * 1024 * 1024
+    #: RocksDB memtables (write buffers) of every table partition together, a shared budget.
+    rocksdb_memtable_bytes: int = 256 * 1024 * 1024
+    #: Files each table partition's RocksDB keeps open (its table cache); -1: all, unbounded.
+    rocksdb_max_open_files: int = 64
     #: Warm copies of each task's tables kept by other workers (Faust's name; Kafka Streams'
     #: ``num.standby.replicas``): a failover then restores only a short changelog tail.
     table_standby_replicas: int = 0
@@ -297,6 +310,7 @@ class Settings:
         self._validate_identity()
         self._validate_timing()
         self._validate_sizes()
+        self._validate_state_memory()
         self._validate_errors()
         self._validate_security()
         self._validate_database()
@@ -475,6 +489,33 @@ class Settings:
                     "or None)",
                 )
 
+    def _validate_state_memory(self) -> None:
+        for name in ("state_cache_max_bytes", "state_uncommitted_max_bytes"):
+            value = getattr(self, name)
+            allowed_none = name == "state_uncommitted_max_bytes"  # None: unbounded
+            if not (value is None and allowed_none) and (not _is_int(value) or value < 0):
+                raise ConfigError(
+                    name,
+                    f"{value!r} is not a number of bytes",
+                    f"set {name} to a whole number of bytes >= 0 (e.g. {64 * 1024 * 1024} for "
+                    "64 MiB; 0 for the cache turns it off); see docs/memory.md",
+                )
+        for name in ("rocksdb_block_cache_bytes", "rocksdb_memtable_bytes"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 1024 * 1024:
+                raise ConfigError(
+                    name,
+                    f"{value!r} is below 1 MiB",
+                    f"set {name} to a number of bytes of at least 1048576; see docs/memory.md",
+                )
+        files = self.rocksdb_max_open_files
+        if not _is_int(files) or not (files == -1 or files >= 20):
+            raise ConfigError(
+                "rocksdb_max_open_files",
+                f"{files!r} is not -1 or at least 20 (RocksDB's minimum)",
+                "use e.g. 64 (files per table partition), or -1 to keep every file open",
+            )
+
     def _validate_errors(self) -> None:
         _choice(self, "error_policy", ERROR_POLICIES)
         _seconds(self, "retry_backoff", "e.g. 0.1")
@@ -646,6 +687,10 @@ def _seconds(settings: Settings, name: str, example: str) -> None:
         raise ConfigError(
             name, f"{value!r}s is above Kafka's limit of {_MAX_MS // 1000}s", f"use {example}"
         )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _count(

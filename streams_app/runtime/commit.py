@@ -1,9 +1,10 @@
 """The commit protocol — the heart of exactly-once, in one place.
 
 A worker commits every ``commit_interval`` (100 ms under exactly-once), every ``commit_every``
-records, before giving partitions up, and when it stops. It commits only at a quiescent point:
-every record handed to an agent has been fully processed, so the transaction holds all of each
-record's effects or none of them.
+records, when its pending table writes outgrow ``state_uncommitted_max_bytes`` (KIP-892; see
+docs/memory.md), before giving partitions up, and when it stops. It commits only at a
+quiescent point: every record handed to an agent has been fully processed, so the transaction
+holds all of each record's effects or none of them.
 
 Exactly-once v2 commit, for all tasks of the worker in **one** Kafka transaction:
 
@@ -54,6 +55,7 @@ from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.task import Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.settings import AT_LEAST_ONCE, AT_MOST_ONCE, EXACTLY_ONCE_V2
+from streams_app.state.budget import UncommittedWrites
 from streams_app.transport.base import ConsumerClient, GroupMetadata, TopicPartition
 from streams_app.transport.errors import (
     CommitFailedError,
@@ -80,6 +82,7 @@ class Committer:
         changelog_topic: Callable[[str], str],
         clear_inboxes: Callable[[], None],
         clock: Clock,
+        uncommitted: UncommittedWrites | None = None,
         on_commit: Callable[[Mapping[TopicPartition, int]], None] | None = None,
     ) -> None:
         self.guarantee = guarantee
@@ -97,13 +100,22 @@ class Committer:
         self.records_since_commit = 0
         #: A commit was asked for (``Worker.request_commit``): due whatever the interval.
         self.requested = False
+        #: The budget for pending table writes: over it, a commit is due at once.
+        self.uncommitted = uncommitted if uncommitted is not None else UncommittedWrites(None)
+        #: Commits that were due only because the pending writes outgrew their budget.
+        self.early_commits = 0
+        self._over_budget = False
 
     def due(self, interval: float, every: int) -> bool:
-        return (
+        if (
             self.requested
             or self.records_since_commit >= every
             or self.clock.monotonic() - self.last_commit >= interval
-        )
+        ):
+            return True
+        # KIP-892: pending writes over their budget end the transaction early rather than grow.
+        self._over_budget = self.uncommitted.exceeded(self.tasks.transactions())
+        return self._over_budget
 
     async def commit(self) -> bool:
         """Commit all progress of all tasks; return whether anything was committed."""
@@ -111,6 +123,7 @@ class Committer:
         self.last_commit = self.clock.monotonic()
         self.records_since_commit = 0
         self.requested = False
+        early, self._over_budget = self._over_budget, False
         if not tasks and not self.producer.in_transaction:
             return False
 
@@ -137,6 +150,9 @@ class Committer:
             self._apply_state(task)
             task.mark_committed()
         self.commits += 1
+        if early:
+            self.early_commits += 1
+        self.uncommitted.reset()
         # 6. Decisions about records the commit moved past are history.
         if self._on_commit is not None:
             self._on_commit(
@@ -210,6 +226,7 @@ class Committer:
                 if committed is not None:
                     self.consumer.seek(tp, committed)
         self.records_since_commit = 0
+        self.uncommitted.reset()
 
     async def task_migrated(self, cause: BaseException) -> None:
         """This worker lost (some of) its tasks: drop them all, rejoin with a fresh producer."""

@@ -15,6 +15,7 @@ from streams_app.errors import TopologyError
 from streams_app.runtime.partition_group import PartitionGroup
 from streams_app.runtime.stream_time import UNKNOWN, PartitionMetadata, encode_metadata
 from streams_app.state.base import PartitionTransaction, Store
+from streams_app.state.cache import ReadCache
 from streams_app.transport.base import TopicPartition
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class Task:
     __slots__ = (
         "_group_factory",
         "_groups",
+        "cache",
         "changelog_last",
         "committed",
         "committed_partition_times",
@@ -68,6 +70,7 @@ class Task:
         partition_count: int,
         partitions: set[TopicPartition],
         stores: Mapping[str, Store],
+        cache: ReadCache | None = None,
         *,
         stages: Mapping[str, int] | None = None,
         group_factory: GroupFactory | None = None,
@@ -76,6 +79,8 @@ class Task:
         self.partition_count = partition_count
         self.partitions = partitions
         self.stores = stores
+        #: The worker's read cache, shared by every task and table.
+        self.cache = cache if cache is not None else ReadCache(0)
         #: Next offset to process per input partition (processed up to here).
         self.offsets: dict[TopicPartition, int] = {}
         #: What the group has committed per input partition.
@@ -188,7 +193,7 @@ class Task:
         if store is None:
             raise TopologyError(f"table {table.name!r} has no store on this worker")
         tx = PartitionTransaction(
-            store.partition(self.id.partition), table.key_codec, table.value_codec
+            store.partition(self.id.partition), table.key_codec, table.value_codec, self.cache
         )
         self.tables[table.name] = tx
         return tx

@@ -12,14 +12,15 @@ assignor reports to the group so that tasks go where their state is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from streams_app.runtime.progress import RestoreProgress
 from streams_app.runtime.standby import StandbyTask
 from streams_app.runtime.task import RESTORING, RUNNING, GroupFactory, Task, TaskId
 from streams_app.runtime.topology import TopologyPlan
-from streams_app.state.base import Store, StorePartition
+from streams_app.state.base import PartitionTransaction, Store, StorePartition
+from streams_app.state.cache import ReadCache
 from streams_app.state.restore import RestoreResult, restore_partitions
 from streams_app.transport.base import AdminClient, ConsumerClient, TopicPartition
 
@@ -29,10 +30,12 @@ class TaskManager:
         self,
         plan: TopologyPlan,
         stores: Mapping[str, Store],
+        cache: ReadCache | None = None,
         group_factory: GroupFactory | None = None,
     ) -> None:
         self.plan = plan
         self.stores = stores
+        self.cache = cache if cache is not None else ReadCache(0)
         self.group_factory = group_factory
         self.tasks: dict[TaskId, Task] = {}
         self.by_tp: dict[TopicPartition, Task] = {}
@@ -61,6 +64,7 @@ class TaskManager:
                     count,
                     set(),
                     self.stores,
+                    self.cache,
                     stages=self.plan.stages,
                     group_factory=self.group_factory,
                 )
@@ -80,6 +84,11 @@ class TaskManager:
         self.tasks.clear()
         self.by_tp.clear()
         return closed
+
+    def transactions(self) -> Iterator[PartitionTransaction]:
+        """The open table transactions of every task (their pending writes)."""
+        for task in self.tasks.values():
+            yield from task.tables.values()
 
     def running(self) -> list[Task]:
         return [t for t in self.tasks.values() if t.state == RUNNING]

@@ -53,6 +53,7 @@ from streams_app.runtime.punctuator import CallbackFailed, Punctuator
 from streams_app.runtime.replicas import Replicas
 from streams_app.runtime.scope import current_parkable, in_processing
 from streams_app.runtime.services import Services
+from streams_app.runtime.state_memory import log_state_memory
 from streams_app.runtime.stream_time import decode_metadata
 from streams_app.runtime.task import RUNNING, Task
 from streams_app.runtime.task_manager import TaskManager
@@ -61,8 +62,9 @@ from streams_app.runtime.topology import TopologyPlan, plan_topology
 from streams_app.runtime.web import WebServer
 from streams_app.settings import AT_MOST_ONCE
 from streams_app.state.base import Store
+from streams_app.state.budget import StateMemory
 from streams_app.state.directory import StateDirectory
-from streams_app.state.factory import open_store
+from streams_app.state.factory import open_store, rocksdb_options
 from streams_app.transport.base import (
     AdminClient,
     ConsumerClient,
@@ -175,6 +177,9 @@ class Worker:
         #: Records handed to the agents since the last time they were all done.
         self._fed = 0
         self.error: BaseException | None = None
+        #: The state memory budget: the read cache shared by every table and partition, and the
+        #: uncommitted-writes budget. Their counters are the worker's state metrics.
+        self.memory = StateMemory(conf.state_cache_max_bytes, conf.state_uncommitted_max_bytes)
         # set in start()
         self.directory: StateDirectory | None = None
         self.plan: TopologyPlan | None = None
@@ -340,9 +345,12 @@ class Worker:
             # One actor per partition: now that the partition counts are known.
             self.runner.partition_counts = dict(self.plan.partition_counts)
             await self.runner.restart()
+        options = rocksdb_options(conf)  # one block cache and memtable budget for all tables
         for table in self.app.tables.values():
-            self.stores[table.name] = open_store(conf.store, self.directory, table.name)
-        self._tasks = TaskManager(self.plan, self.stores, group_factory=self._partition_group)
+            self.stores[table.name] = open_store(conf.store, self.directory, table.name, options)
+        self._tasks = TaskManager(
+            self.plan, self.stores, self.memory.cache, group_factory=self._partition_group
+        )
         self._tasks.progress = RestoreProgress(
             self.metrics, conf.progress_interval, stream=interactive_stream(log)
         )
@@ -365,6 +373,8 @@ class Worker:
             probing_interval=conf.probing_rebalance_interval,
         )
         self.replicas = Replicas(conf, self.transport, admin, self._tasks, assignor)
+        if self.stores:
+            log_state_memory(conf, self.plan, options)
 
         self._producer = StreamsProducer(
             self.transport,
@@ -406,6 +416,7 @@ class Worker:
             changelog_topic=lambda table: plan.changelog_topics[table],
             clear_inboxes=self.runner.clear_inboxes,
             clock=self.clock,
+            uncommitted=self.memory.uncommitted,
             on_commit=self._on_commit,
             metrics=self.metrics,
         )

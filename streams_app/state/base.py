@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
+from itertools import islice
 from typing import Any
 
 from streams_app.codecs import Codec
+from streams_app.state.cache import MISS, ReadCache, entry_size, entry_sizes
+from streams_app.state.sizing import shared
 
 
 def prefix_upper_bound(prefix: bytes) -> bytes | None:
@@ -25,8 +28,9 @@ def prefix_upper_bound(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
-#: Marks a key deleted in a pending transaction (distinct from "not written").
-DELETED: Any = object()
+#: Marks a key deleted in a pending transaction (distinct from "not written"), and a key the
+#: store does not hold in the read cache. One shared object: it costs its entries nothing.
+DELETED: Any = shared(object())
 _MISSING: Any = object()
 
 
@@ -106,45 +110,93 @@ class PartitionTransaction:
     Values stay decoded while the transaction is open (``counts[k] += 1`` a thousand times
     costs no serialisation); :meth:`prepare` encodes each dirty key once, producing both the
     changelog records and the store batch.
+
+    Reads look in this transaction's pending writes, then in the worker's read cache (committed
+    values only, :mod:`streams_app.state.cache`), then in the store. A commit moves the written
+    values into the read cache; a discard drops them and empties this transaction's cache
+    segment (the cache's module docstring says why an abort must).
+
+    What the pending writes cost is estimated by :meth:`pending_bytes` for the worker's
+    uncommitted-writes budget (:class:`~streams_app.state.budget.UncommittedWrites`): nothing is
+    sized on :meth:`set` itself, which stays as cheap as a dict store.
     """
 
-    __slots__ = ("_cache", "_dirty", "_prepared", "key_codec", "partition", "value_codec")
+    __slots__ = (
+        "_cache",
+        "_counted",
+        "_dirty",
+        "_prepared",
+        "_sampled_bytes",
+        "_sampled_entries",
+        "_segment",
+        "key_codec",
+        "partition",
+        "value_codec",
+    )
 
-    def __init__(self, partition: StorePartition, key_codec: Codec, value_codec: Codec) -> None:
+    def __init__(
+        self,
+        partition: StorePartition,
+        key_codec: Codec,
+        value_codec: Codec,
+        cache: ReadCache | None = None,
+    ) -> None:
         self.partition = partition
         self.key_codec = key_codec
         self.value_codec = value_codec
-        # key object -> value object or DELETED; holds dirty entries and decoded reads.
-        self._cache: dict[Any, Any] = {}
-        self._dirty: set[Any] = set()
+        self._cache = cache if cache is not None else ReadCache(0)
+        self._segment = self._cache.segment()
+        #: key object -> value object or DELETED: the pending writes, in first-write order.
+        self._dirty: dict[Any, Any] = {}
         self._prepared: dict[bytes, bytes | None] | None = None
+        #: For pending_bytes(): how many pending writes were seen by the last estimate, and the
+        #: entries sized so far (a running mean of what one entry costs).
+        self._counted = 0
+        self._sampled_bytes = 0
+        self._sampled_entries = 0
 
     def get(self, key: Any, default: Any = _MISSING) -> Any:
-        value = self._cache.get(key, _MISSING)
+        value = self._dirty.get(key, _MISSING)
         if value is _MISSING:
-            raw = self.partition.get(self.key_codec.dumps(key))
-            value = DELETED if raw is None else self.value_codec.loads(raw)
-            self._cache[key] = value
+            segment = self._segment
+            value = segment.young.get(key, _MISSING)
+            if value is _MISSING:
+                value = self._read(key)
+            else:  # the hot path: one more dict lookup than a plain dict
+                segment.hits += 1
         if value is DELETED:
             if default is _MISSING:
                 raise KeyError(key)
             return default
         return value
 
+    def _read(self, key: Any) -> Any:
+        segment = self._segment
+        value = segment.lookup_older(key)
+        if value is MISS:
+            raw = self.partition.get(self.key_codec.dumps(key))
+            if raw is None:
+                # Not cached, as in Kafka Streams' caching store: a key read while absent is
+                # usually written next, and its commit caches it; RocksDB's bloom filters
+                # answer "absent" without a disk read.
+                return DELETED
+            value = self.value_codec.loads(raw)
+            if self._cache.enabled:
+                segment.fill(key, value, entry_size(key, value))
+        return value
+
     def set(self, key: Any, value: Any) -> None:
-        self._cache[key] = value
-        self._dirty.add(key)
+        self._dirty[key] = value
         self._prepared = None
 
     def delete(self, key: Any) -> None:
-        self._cache[key] = DELETED
-        self._dirty.add(key)
+        self._dirty[key] = DELETED
         self._prepared = None
 
     def pending(self, key: Any, default: Any = _MISSING) -> Any:
         """The uncommitted write of ``key`` (a value or DELETED), or ``default``."""
         if key in self._dirty:
-            return self._cache[key]
+            return self._dirty[key]
         return default
 
     def contains(self, key: Any) -> bool:
@@ -154,32 +206,66 @@ class PartitionTransaction:
     def dirty(self) -> bool:
         return bool(self._dirty)
 
+    @property
+    def pending_count(self) -> int:
+        """How many keys this transaction has written."""
+        return len(self._dirty)
+
+    def pending_bytes(self, sample: int = 32) -> int:
+        """What the pending writes cost in memory, estimated: their number times the mean
+        size of an entry (:func:`~streams_app.state.cache.entry_size`).
+
+        The mean comes from the exact sizes of the last commit's writes and from up to
+        ``sample`` of the writes added since the previous estimate (the newest: a dict keeps
+        first-write order). Sizing every write on :meth:`set` would be exact but would double
+        the cost of the hot path; the worker asks for this once per fetched batch.
+        """
+        dirty = self._dirty
+        count = len(dirty)
+        if not count:
+            return 0
+        added = count - self._counted
+        if added > 0:
+            for key in islice(reversed(dirty), min(added, sample)):
+                self._sampled_bytes += entry_size(key, dirty[key])
+                self._sampled_entries += 1
+            self._counted = count
+        if not self._sampled_entries:
+            return 0
+        return count * self._sampled_bytes // self._sampled_entries
+
     def dirty_items(self) -> Iterator[tuple[Any, Any]]:
         """Pending writes as (key, value or DELETED)."""
-        for key in self._dirty:
-            yield key, self._cache[key]
+        yield from self._dirty.items()
 
     def prepare(self) -> dict[bytes, bytes | None]:
         """Encode the pending writes once: the changelog records and the store batch."""
         if self._prepared is None:
             encode_key, encode_value = self.key_codec.dumps, self.value_codec.dumps
             self._prepared = {
-                encode_key(k): (None if (v := self._cache[k]) is DELETED else encode_value(v))
-                for k in self._dirty
+                encode_key(k): (None if v is DELETED else encode_value(v))
+                for k, v in self._dirty.items()
             }
         return self._prepared
 
     def commit(self, changelog_offset: int) -> None:
         """The Kafka transaction committed: make the writes durable with their offset."""
         self.partition.write(self.prepare(), changelog_offset)
-        self._dirty.clear()
+        dirty = self._dirty
+        if dirty:
+            if self._cache.enabled:
+                # They now equal the committed state: later transactions read them from here.
+                sizes = entry_sizes(dirty)
+                self._segment.fill_committed(dirty, sizes)
+                self._sampled_bytes = sum(sizes)
+                self._sampled_entries = len(sizes)
+            self._dirty = {}
+        self._counted = 0
         self._prepared = None
-        # Keep decoded values as a read cache: they now equal the committed state.
-        if len(self._cache) > 100_000:
-            self._cache.clear()
 
     def discard(self) -> None:
-        """The transaction aborted: forget every pending write and cached read."""
-        self._cache.clear()
-        self._dirty.clear()
+        """The transaction aborted: forget every pending write and every cached read."""
+        self._dirty = {}
+        self._counted = 0
         self._prepared = None
+        self._segment.clear()

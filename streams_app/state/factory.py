@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from streams_app.errors import ConfigError
+from streams_app.settings import Settings
 from streams_app.state.base import Store
 from streams_app.state.directory import StateDirectory
 from streams_app.state.memory import MemoryStore
@@ -24,6 +25,16 @@ def store_scheme(url: str) -> str:
             "'memory://' (kept in memory, restored from the changelog at every start)",
         )
     return scheme
+
+
+def rocksdb_options(settings: Settings) -> RocksDBOptions:
+    """The RocksDB tuning a worker's settings ask for: one instance per worker, so that every
+    table partition it opens shares one block cache and one memtable budget."""
+    return RocksDBOptions(
+        block_cache_bytes=settings.rocksdb_block_cache_bytes,
+        total_write_buffer_bytes=settings.rocksdb_memtable_bytes,
+        max_open_files=settings.rocksdb_max_open_files,
+    )
 
 
 def open_store(

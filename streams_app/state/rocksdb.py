@@ -75,9 +75,19 @@ _MiB = 1024 * 1024
 class RocksDBOptions:
     """Tuning shared by every partition opened with the same instance.
 
-    The block cache and the memtable budget are shared, so memory stays bounded however many
-    partitions a worker owns: the default instance gives a whole process 64 MiB of block cache
-    and 256 MiB of memtables (a partition that would exceed the budget flushes early).
+    The block cache and the memtable budget are shared, so RocksDB's memory stays bounded
+    however many partitions a worker owns: the default instance gives a whole process 64 MiB of
+    block cache (data blocks, and the index and filter blocks, which are cached there rather
+    than held per open file) and 256 MiB of memtables (a partition that would exceed the budget
+    flushes early). The worker builds one from its settings
+    (:func:`~streams_app.state.factory.rocksdb_options`); docs/memory.md has the formula.
+
+    ``max_open_files`` bounds each partition's table cache: the SST files it keeps open. With
+    the default target file size (64 MiB) the default 64 keeps every file of a partition of up
+    to ~4 GiB open; a bigger partition reopens cold files on demand (an open and an index read
+    into the block cache per miss). A worker holds at most about ``tables x partitions x
+    (max_open_files + 6)`` descriptors (the 6: WAL, MANIFEST, LOCK, LOG, ...). -1 (RocksDB's
+    default) keeps every file open: descriptors then grow with the state.
     """
 
     block_cache_bytes: int = 64 * _MiB
@@ -87,6 +97,7 @@ class RocksDBOptions:
     max_total_wal_bytes: int = 128 * _MiB
     background_jobs: int = 2
     bloom_bits_per_key: int = 10
+    max_open_files: int = 64
     sync_writes: bool = False
     _cache: Cache | None = field(default=None, init=False, repr=False)
     _write_buffers: WriteBufferManager | None = field(default=None, init=False, repr=False)
@@ -108,6 +119,7 @@ class RocksDBOptions:
         opts.set_atomic_flush(True)
         opts.set_max_total_wal_size(self.max_total_wal_bytes)
         opts.set_max_background_jobs(self.background_jobs)
+        opts.set_max_open_files(self.max_open_files)
         opts.set_write_buffer_size(self.write_buffer_bytes)
         opts.set_max_write_buffer_number(self.max_write_buffers)
         opts.set_write_buffer_manager(write_buffers)
@@ -135,6 +147,18 @@ class RocksDBOptions:
 
 
 DEFAULT_OPTIONS = RocksDBOptions()
+
+#: Descriptors one open partition holds besides its table files: the WAL, MANIFEST, LOCK,
+#: LOG, and a spare for a file being written by a flush or compaction.
+FIXED_FILES_PER_PARTITION = 6
+
+
+def descriptors_needed(table_partitions: int, options: RocksDBOptions) -> int | None:
+    """The most file descriptors ``table_partitions`` open partitions can hold (None: no bound,
+    ``max_open_files=-1``)."""
+    if options.max_open_files < 0:
+        return None
+    return table_partitions * (options.max_open_files + FIXED_FILES_PER_PARTITION)
 
 
 def _is_lock_error(exc: BaseException) -> bool:

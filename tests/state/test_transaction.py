@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from streams_app.codecs import JsonCodec, StrCodec
-from streams_app.state import DELETED, PartitionTransaction, Store
+from streams_app.state import DELETED, PartitionTransaction, ReadCache, Store
 
 
 class CountingCodec(JsonCodec):
@@ -85,7 +85,7 @@ def test_prepare_encodes_each_dirty_key_once(store: Store) -> None:
 def test_commit_writes_batch_and_offset_and_keeps_a_read_cache(store: Store) -> None:
     part = store.partition(3)
     values = CountingCodec()
-    tx = PartitionTransaction(part, StrCodec(), values)
+    tx = PartitionTransaction(part, StrCodec(), values, ReadCache(1 << 20))
     tx.set("a", [1])
     tx.set("b", "two")
     tx.commit(42)
@@ -95,6 +95,11 @@ def test_commit_writes_batch_and_offset_and_keeps_a_read_cache(store: Store) -> 
     assert tx.prepare() == {}
     assert tx.get("a") == [1]
     assert values.loads_calls == 0  # served from the cache, not decoded again
+    # Without a cache every read of a key this transaction did not write decodes it.
+    uncached = PartitionTransaction(part, StrCodec(), values)
+    assert uncached.get("a") == [1]
+    assert uncached.get("a") == [1]
+    assert values.loads_calls == 2
     # An empty commit still moves the offset (the changelog moved past our markers).
     tx.commit(44)
     assert part.changelog_offset == 44

@@ -91,6 +91,11 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "web_host": ["", "http://x", "a b", 5],
     "progress_interval": [0, -1, NAN, "5"],
     "max_task_idle": [-2, NAN, INF, "1", True],
+    "state_cache_max_bytes": [-1, 1.5, "64MB", True, None],
+    "state_uncommitted_max_bytes": [-1, 2.5, "1GB", False],
+    "rocksdb_block_cache_bytes": [0, 1024, 1.5e8, "64MiB", None],
+    "rocksdb_memtable_bytes": [0, -1, 4096, "256MiB", None],
+    "rocksdb_max_open_files": [0, 10, -2, 64.0, "64", None],
 }
 
 #: Settings whose wrong values only make sense next to others (TLS or SASL on).

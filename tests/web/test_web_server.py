@@ -262,6 +262,14 @@ async def test_ready_flips_after_restore_and_metrics_count_the_records(
             assert restored == read and 1002 <= read <= sum(restored_ends.values())
             assert ("streams_app_restore_remaining_records", ()) not in samples
             assert samples[("process_resident_memory_bytes", ())] > 0
+            # The state budgets (docs/memory.md): the worker's own counters, as they stand.
+            memory = worker.memory.cache
+            assert samples[("streams_app_state_cache_hits_total", ())] == memory.hits
+            assert samples[("streams_app_state_cache_misses_total", ())] == memory.misses >= 1
+            assert samples[("streams_app_state_cache_max_bytes", ())] == 64 * 1024 * 1024
+            assert 0 < samples[("streams_app_state_cache_bytes", ())] <= 64 * 1024 * 1024
+            assert samples[("streams_app_state_cache_evictions_total", ())] == 0
+            assert samples[("streams_app_early_commits_total", ())] == 0
 
             status, body = await get(session, f"{url}/count/k3")
             assert (status, body) == (200, {"key": "k3", "local": Counter(keys)["k3"]})

@@ -216,8 +216,58 @@ class WorkerCollector:
             app,
             punctuator.windows_expired,
         )
+        yield from self._state_memory(app)
         yield from self._tasks(app)
         yield from self._restore(app)
+
+    def _state_memory(self, app: str) -> Iterator[Metric]:
+        """The state budgets of docs/memory.md: the read cache and the uncommitted writes."""
+        memory = self.worker.memory
+        cache, uncommitted = memory.cache, memory.uncommitted
+        yield _counter(
+            "state_cache_hits",
+            "Table reads served by the read cache (reads of a key the open transaction wrote "
+            "count as neither hit nor miss).",
+            app,
+            cache.hits,
+        )
+        yield _counter(
+            "state_cache_misses",
+            "Table reads that went to the store (RocksDB) and decoded.",
+            app,
+            cache.misses,
+        )
+        yield _counter(
+            "state_cache_evictions",
+            "Entries the read cache dropped to stay within state_cache_max_bytes.",
+            app,
+            cache.evictions,
+        )
+        yield _gauge(
+            "state_cache_bytes",
+            "What the read cache holds by its own (pessimistic) accounting.",
+            app,
+            cache.bytes,
+        )
+        yield _gauge(
+            "state_cache_max_bytes",
+            "The read cache's budget (state_cache_max_bytes).",
+            app,
+            cache.max_bytes,
+        )
+        yield _gauge(
+            "state_uncommitted_bytes",
+            "Pending table writes of the open transaction at the last check (estimated).",
+            app,
+            uncommitted.bytes,
+        )
+        committer = self.worker._committer
+        yield _counter(
+            "early_commits",
+            "Commits made because the pending table writes outgrew state_uncommitted_max_bytes.",
+            app,
+            committer.early_commits if committer else 0,
+        )
 
     def _tasks(self, app: str) -> Iterator[Metric]:
         worker = self.worker

@@ -1,0 +1,74 @@
+"""The uncommitted-writes budget on the real broker: a burst of distinct keys larger than the
+budget, under a commit interval far longer than the test, commits early, several times, and
+every input is still counted exactly once."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from streams_app import App
+from streams_app.readback import read_topics
+from tests.runtime.helpers import KafkaObserver, running_worker, wait_until
+
+KEYS = 2_000
+RECORDS = 3_000
+
+
+def count_app(unique: str, bootstrap: str) -> App:
+    app = App(
+        f"budget-{unique}",
+        broker=bootstrap,
+        topic_partitions=3,
+        commit_interval=600.0,  # never due by time during this test
+        transaction_timeout=900.0,
+        max_poll_interval=900.0,  # at least the commit interval (checked at start)
+        restore_timeout=1200.0,  # above transaction_timeout (checked at start)
+        commit_every=1_000_000,
+        state_uncommitted_max_bytes=64 * 1024,  # ~180 pending counts
+        # The budget is checked after each fetched batch: small batches, many checks.
+        max_poll_records=250,
+    )
+    events = app.topic(f"in-{unique}", key_type=str, value_serializer="raw")
+    totals = app.topic(f"out-{unique}", key_type=str, value_type=int)
+    counts = app.Table("counts", default=int, key_type=str, value_type=int)
+
+    @app.agent(events)
+    async def count(stream):  # type: ignore[no-untyped-def]
+        async for key, _ in stream.items():
+            counts[key] += 1
+            await totals.send(key=key, value=counts[key])
+
+    return app
+
+
+async def test_a_burst_over_the_budget_commits_early_and_exactly_once(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    app = count_app(unique, bootstrap_servers)
+    keys = [f"k{(i * 7919) % KEYS}" for i in range(RECORDS)]  # every key, some twice
+    group = app.conf.id
+    async with running_worker(app, tmp_path / "state") as worker:
+        async with app.producer() as producer:
+            for key in keys:
+                await producer.send(f"in-{unique}", key=key, value=b"x")
+        async with KafkaObserver(bootstrap_servers) as observer:
+            # With a 600 s interval, only early commits can get every input committed now.
+            await wait_until(lambda: observer.committed_equals_end(group, f"in-{unique}"))
+        committer = worker.committer
+        assert committer.early_commits >= 3
+        assert committer.commits >= committer.early_commits
+        assert worker.memory.uncommitted.checks > 0
+        assert worker.memory.uncommitted.max_bytes == 64 * 1024
+
+    topics = [f"out-{unique}", f"budget-{unique}-counts-changelog"]
+    out = await read_topics(bootstrap_servers, topics)  # read_committed
+    expected = Counter(keys)
+    per_key: dict[str, list[int]] = {}
+    for record in out[f"out-{unique}"]:
+        per_key.setdefault(record.key.decode(), []).append(json.loads(record.value))
+    assert sum(len(v) for v in per_key.values()) == RECORDS
+    assert per_key == {k: list(range(1, n + 1)) for k, n in expected.items()}
+    final = {r.key.decode(): json.loads(r.value) for r in out[f"budget-{unique}-counts-changelog"]}
+    assert final == dict(expected)
