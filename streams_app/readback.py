@@ -21,6 +21,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import aiokafka.errors as aerrors
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -148,6 +149,13 @@ async def last_stable_equals_high_watermark(
         await uncommitted.stop()
 
 
+_COORDINATOR_NOT_READY = (
+    aerrors.GroupCoordinatorNotAvailableError,
+    aerrors.CoordinatorLoadInProgressError,
+    aerrors.NotCoordinatorError,
+)
+
+
 async def group_lag(
     bootstrap: str,
     group_id: str,
@@ -159,7 +167,9 @@ async def group_lag(
 
     An empty answer means everything written to ``topics`` so far has been processed and
     committed: the worker commits the position after the transaction markers (see
-    ``Worker._sync_positions``), so a drained partition has committed == end exactly.
+    ``Worker._sync_positions``), so a drained partition has committed == end exactly. While the
+    group's coordinator is not available (a new broker still creating ``__consumer_offsets``,
+    or a coordinator moving), nothing counts as committed: callers poll this until it is empty.
     """
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **(security or {})
@@ -176,7 +186,10 @@ async def group_lag(
                 partitions = consumer.partitions_for_topic(topic) or set()
             tps.extend(TopicPartition(topic, p) for p in sorted(partitions))
         ends = await consumer.end_offsets(tps)
-        found = await admin.list_consumer_group_offsets(group_id, partitions=tps)
+        try:
+            found = await admin.list_consumer_group_offsets(group_id, partitions=tps)
+        except _COORDINATOR_NOT_READY:
+            found = {}
         lag: dict[tuple[str, int], int] = {}
         for tp in tps:
             meta = found.get(tp)

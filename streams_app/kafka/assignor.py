@@ -40,6 +40,21 @@ log = logging.getLogger(__name__)
 _MAGIC = b"S1"
 
 
+def frame_user_data(ours: bytes, addresses: bytes) -> bytes:
+    """The ``streams_app`` protocol's user data: its assignor's part and the web-address part
+    in one field, a 4-byte length then each part (only members of that protocol read it)."""
+    return len(ours).to_bytes(4, "big") + ours + addresses
+
+
+def unframe_user_data(data: bytes) -> tuple[bytes, bytes]:
+    if len(data) < 4:
+        return data, b""
+    size = int.from_bytes(data[:4], "big")
+    if size > len(data) - 4:
+        return data, b""
+    return data[4 : 4 + size], data[4 + size :]
+
+
 def encode_subscription(address: str | None) -> bytes:
     if not address:
         return b""
@@ -47,7 +62,11 @@ def encode_subscription(address: str | None) -> bytes:
 
 
 def decode_subscription(data: bytes | None) -> str | None:
+    """A member's web address from its subscription's user data, under either protocol
+    (``range``: the address part alone; ``streams_app``: framed after the assignor's part)."""
     payload = _decode(data)
+    if payload is None and data:
+        payload = _decode(unframe_user_data(bytes(data))[1])
     address = payload.get("address") if payload else None
     return address if isinstance(address, str) and address else None
 

@@ -9,8 +9,9 @@ password, no such database, no permission) is not retried: it is a configuration
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -114,3 +115,12 @@ async def connect(
             ) from None
         await asyncio.sleep(delay)
         delay = min(delay * 2, backoff_max)
+
+
+async def close_quietly(*steps: Callable[[], Awaitable[object]] | None) -> None:
+    """Run each shutdown step in order (None: nothing to close), whatever the others raised:
+    a process that stops closes everything it can, and a failed close changes nothing."""
+    for step in steps:
+        if step is not None:
+            with contextlib.suppress(Exception):
+                await step()

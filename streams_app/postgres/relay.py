@@ -30,7 +30,13 @@ import psycopg
 
 from streams_app.errors import ConfigError, StreamsAppError
 from streams_app.postgres import schema
-from streams_app.postgres.connection import connect, describe, error_summary, is_connection_lost
+from streams_app.postgres.connection import (
+    close_quietly,
+    connect,
+    describe,
+    error_summary,
+    is_connection_lost,
+)
 from streams_app.postgres.crashpoints import crash_point
 from streams_app.postgres.horizon import Horizon, oldest_xid_holder
 from streams_app.postgres.progress import (
@@ -265,18 +271,12 @@ class OutboxRelay:
                 await self._cleanup_task
             with contextlib.suppress(Exception):
                 await self._cleanup()  # what the last batches published
-        if self._cleanup_conn is not None:
-            with contextlib.suppress(Exception):
-                await self._cleanup_conn.close()
-        if self._producer is not None:
-            with contextlib.suppress(Exception):
-                await self._producer.stop()
-        if self._admin is not None:
-            with contextlib.suppress(Exception):
-                await self._admin.close()
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await self._conn.close()
+        await close_quietly(
+            self._cleanup_conn.close if self._cleanup_conn is not None else None,
+            self._producer.stop if self._producer is not None else None,
+            self._admin.close if self._admin is not None else None,
+            self._conn.close if self._conn is not None else None,
+        )
         log.info(
             "outbox relay for %s stopped: %d events published in %d transactions",
             self.config.table,

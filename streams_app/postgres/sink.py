@@ -51,6 +51,7 @@ from streams_app.codecs import DecodeError
 from streams_app.errors import ConfigError, StreamsAppError, WorkerStopped
 from streams_app.postgres import schema
 from streams_app.postgres.connection import (
+    close_quietly,
     connect,
     describe,
     error_summary,
@@ -214,18 +215,12 @@ class SinkRunner:
 
     async def _shutdown(self) -> None:
         async with self._lock:
-            if self._consumer is not None:
-                with contextlib.suppress(Exception):
-                    await self._consumer.stop()
-            if self._producer is not None:
-                with contextlib.suppress(Exception):
-                    await self._producer.stop()
-            if self._admin is not None:
-                with contextlib.suppress(Exception):
-                    await self._admin.close()
-            if self._conn is not None:
-                with contextlib.suppress(Exception):
-                    await self._conn.close()
+            await close_quietly(
+                self._consumer.stop if self._consumer is not None else None,
+                self._producer.stop if self._producer is not None else None,
+                self._admin.close if self._admin is not None else None,
+                self._conn.close if self._conn is not None else None,
+            )
         log.info(
             "sink %s stopped: %d records landed in %d transactions, %d dead-lettered, "
             "%d commits refused",

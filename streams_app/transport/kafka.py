@@ -60,6 +60,8 @@ from streams_app.kafka.assignor import (
     decode_subscription,
     encode_assignment,
     encode_subscription,
+    frame_user_data,
+    unframe_user_data,
 )
 from streams_app.transport.base import (
     BrokerLimits,
@@ -256,21 +258,6 @@ class _ListenerAdapter(ConsumerRebalanceListener):  # type: ignore[misc]
             self._client._listener_error = exc
 
 
-def _frame(ours: bytes, addresses: bytes) -> bytes:
-    """Our assignor's user data and the web-address user data in one field: a 4-byte length,
-    then each part (only members of our protocol read it)."""
-    return len(ours).to_bytes(4, "big") + ours + addresses
-
-
-def _unframe(data: bytes) -> tuple[bytes, bytes]:
-    if len(data) < 4:
-        return data, b""
-    size = int.from_bytes(data[:4], "big")
-    if size > len(data) - 4:
-        return data, b""
-    return data[4 : 4 + size], data[4 + size :]
-
-
 class _AssignorAdapter:
     """A :class:`~streams_app.transport.base.GroupAssignor` as aiokafka runs assignors.
 
@@ -294,7 +281,9 @@ class _AssignorAdapter:
         return ConsumerProtocolMemberMetadata(
             self.version,
             sorted(topics),
-            _frame(self._assignor.subscription_data(), encode_subscription(self._hosts.address)),
+            frame_user_data(
+                self._assignor.subscription_data(), encode_subscription(self._hosts.address)
+            ),
         )
 
     async def prepare_assignment(self) -> None:
@@ -308,7 +297,7 @@ class _AssignorAdapter:
         subscriptions: dict[str, MemberSubscription] = {}
         addresses: dict[str, str | None] = {}
         for member_id, meta in members.items():
-            ours, address = _unframe(bytes(meta.user_data or b""))
+            ours, address = unframe_user_data(bytes(meta.user_data or b""))
             subscriptions[member_id] = MemberSubscription(tuple(meta.subscription), ours)
             addresses[member_id] = decode_subscription(address)
         counts: dict[str, int] = {}
@@ -334,12 +323,12 @@ class _AssignorAdapter:
             out[member_id] = ConsumerProtocolMemberAssignment(
                 self.version,
                 sorted((topic, sorted(ps)) for topic, ps in by_topic.items()),
-                _frame(assignment.user_data, host_data),
+                frame_user_data(assignment.user_data, host_data),
             )
         return out
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
-        ours, host_data = _unframe(bytes(assignment.user_data or b""))
+        ours, host_data = unframe_user_data(bytes(assignment.user_data or b""))
         self._hosts.hosts = decode_assignment(host_data)
         self._assignor.on_assignment(
             MemberAssignment(tuple(_ours(tp) for tp in assignment.partitions()), ours)

@@ -216,10 +216,17 @@ def test_a_worker_without_state_counts_as_caught_up_on_a_short_changelog() -> No
 
 
 def test_web_addresses_travel_next_to_the_assignor_user_data() -> None:
-    from streams_app.transport.kafka import _frame, _unframe
+    from streams_app.kafka.assignor import decode_subscription, encode_subscription
+    from streams_app.kafka.assignor import frame_user_data as _frame
+    from streams_app.kafka.assignor import unframe_user_data as _unframe
 
     assert _unframe(_frame(b"SA1{}", b"S1{...}")) == (b"SA1{}", b"S1{...}")
     assert _unframe(_frame(b"", b"")) == (b"", b"")
+    # Operators' tools read the address under either protocol (status' WEB column).
+    address = encode_subscription("http://127.0.0.1:6066")
+    assert decode_subscription(address) == "http://127.0.0.1:6066"
+    assert decode_subscription(_frame(b"SA1{}", address)) == "http://127.0.0.1:6066"
+    assert decode_subscription(_frame(b"SA1{}", b"")) is None
     # Bytes that are not ours (too short, or a length past the end) are passed through whole.
     assert _unframe(b"ab") == (b"ab", b"")
     assert _unframe(b"\xff\xff\xff\xffxyz") == (b"\xff\xff\xff\xffxyz", b"")

@@ -26,7 +26,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams_app.broker.jars import streams_libs
 from streams_app.jvm import compile_java, java_executable
-from streams_app.readback import group_lag, read_topics
+from streams_app.readback import group_lag, read_topics, wait_committed
 from streams_app.testing.workers import WorkerProcess
 from tests.runtime.helpers import running_worker, wait_until
 from tests.windows.apps import KINDS, windowed_counts_app
@@ -170,9 +170,11 @@ async def test_final_windowed_results_equal_kafka_streams(
         if java.running:
             java.kill()
 
-    outputs = await read_topics(
-        bootstrap_servers, [p + kind for kind in KINDS for p in (ours, theirs)]
-    )
+    names = [p + kind for kind in KINDS for p in (ours, theirs)]
+    # Both sides write in transactions whose markers reach __consumer_offsets and the outputs
+    # separately: read the outputs once none of them holds an open transaction.
+    await wait_committed(bootstrap_servers, f"ours-{unique}", [topic], outputs=names)
+    outputs = await read_topics(bootstrap_servers, names)
     report = []
     for kind in KINDS:
         mine, reference = parse_ours(outputs[ours + kind]), parse_theirs(outputs[theirs + kind])

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from streams_app.errors import LateRecord
-from streams_app.readback import group_lag, read_topics
+from streams_app.readback import group_lag, read_topics, wait_committed
 from streams_app.runtime.errors_policy import H_ERROR_TYPE
 from streams_app.state.windowed import SlidingValue, WindowKey
 from tests.runtime.helpers import running_worker, wait_until
@@ -90,6 +90,11 @@ async def test_windows_equal_independent_results_and_expire(
         late = dict(worker.punctuator.late_by_table)
         in_store = {kind: stored(worker.table_items(app.tables[kind])) for kind in KINDS}
 
+    # The last transaction's markers reach __consumer_offsets and the outputs separately:
+    # read the outputs once none of them holds an open transaction.
+    await wait_committed(
+        bootstrap_servers, app_id, [topic], outputs=[prefix + kind for kind in KINDS]
+    )
     outputs = await read_topics(bootstrap_servers, [prefix + kind for kind in KINDS])
     final = closed_by_end(data, want.finals)
     for kind in KINDS:
