@@ -149,7 +149,10 @@ class StreamsAppSystem(System):
         app = f"eos-test-{suffix}"
         self.app_id = app
         self.group_id = app
-        self.topics = Topics.of(suffix, app, repartition=f"{app}-maximum-bucket-repartition")
+        # Named after the re-keying agent, as Faust names it: <agent>-<source>-<label>-repartition.
+        self.topics = Topics.of(
+            suffix, app, repartition=f"{self.module}.maximum-data-{suffix}-bucket-repartition"
+        )
 
     def worker(self, index: int) -> WorkerProcess:
         s = self.settings

@@ -5,7 +5,8 @@ What it does (Kafka Streams' ``StreamsResetter`` plus ``KafkaStreams#cleanUp``):
 1. the group's committed offsets are deleted and every input partition's offset is set to its
    earliest offset, so the next worker reprocesses everything still in the inputs;
 2. the app's internal topics are deleted: table changelogs and ``group_by`` repartition topics
-   (``<app id>-...-repartition``); the next worker creates them afresh;
+   (``<agent>-<source>-<label>-repartition``, Faust's naming, or ``<app id>-...-repartition``);
+   the next worker creates them afresh;
 3. the local state (RocksDB tables) under the state directory is wiped, so nothing restored
    from the old changelogs survives.
 
@@ -59,11 +60,15 @@ def internal_topics(app: App, topics: list[str]) -> list[str]:
     """The app's changelogs and repartition topics among ``topics``."""
     changelogs = {table.changelog_topic_name for table in app.tables.values()}
     prefix = f"{app.id}-"
+    # Repartition topics are named after the agent that re-keys, as Faust names them
+    # (``<agent>-<source>-<label>-repartition``), not after the app: both prefixes count.
+    repartition_prefixes = (prefix, *(f"{agent.name}-" for agent in app.agents))
     return sorted(
         t
         for t in topics
         if t in changelogs
-        or (t.startswith(prefix) and (t.endswith("-repartition") or t.endswith("-changelog")))
+        or (t.startswith(prefix) and t.endswith("-changelog"))
+        or (t.startswith(repartition_prefixes) and t.endswith("-repartition"))
     )
 
 
