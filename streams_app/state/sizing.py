@@ -83,7 +83,20 @@ def size_parts(objs: Collection[Any]) -> tuple[int, Iterator[int] | None]:
             return BYTES_BASE, map(len, objs)
         elif kind is float:
             return FLOAT_SIZE, None
+        elif kind is tuple or issubclass(kind, tuple):  # windowed keys: (key, start, end)
+            return 0, map(_tuple_size, objs)
     return 0, map(sizeof, objs)
+
+
+def _tuple_size(obj: tuple[Any, ...]) -> int:
+    """``sizeof`` of a tuple, without :func:`_deep`'s bookkeeping when it holds only flat
+    objects (a windowed table's keys); the same figure either way."""
+    size = _getsizeof(obj)
+    for item in obj:
+        if type(item) not in FLAT:
+            return sizeof(obj)
+        size += _getsizeof(item)
+    return size
 
 
 def sizes(objs: Collection[Any]) -> list[int]:

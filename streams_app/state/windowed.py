@@ -33,6 +33,8 @@ _LEN = struct.Struct(">I")
 _BOUNDS = struct.Struct(">QQ")
 _OFFSET = 1 << 63
 _MISSING: Any = object()
+#: Encoded key prefixes a codec remembers (about 100 bytes each).
+_PREFIX_CACHE = 16384
 
 
 class WindowKey(NamedTuple):
@@ -54,11 +56,22 @@ class WindowKeyCodec:
 
     def __init__(self, key_codec: Codec) -> None:
         self.key_codec = key_codec
+        #: ``str`` key -> :meth:`prefix`: a key's windows are written again at every commit
+        #: that touches it, and encoding the key is most of the cost of encoding a window key.
+        #: Only ``str`` keys: equal keys of other types can encode differently (1, 1.0, True).
+        self._prefixes: dict[str, bytes] = {}
 
     def dumps(self, obj: Any) -> bytes:
         key, start, end = obj
-        raw = self.key_codec.dumps(key)
-        return _LEN.pack(len(raw)) + raw + _BOUNDS.pack(start + _OFFSET, end + _OFFSET)
+        if type(key) is str:
+            prefix = self._prefixes.get(key)
+            if prefix is None:
+                if len(self._prefixes) >= _PREFIX_CACHE:
+                    self._prefixes.clear()
+                prefix = self._prefixes[key] = self.prefix(key)
+        else:
+            prefix = self.prefix(key)
+        return prefix + _BOUNDS.pack(start + _OFFSET, end + _OFFSET)
 
     def loads(self, data: bytes) -> WindowKey:
         if len(data) < 4 + _BOUNDS.size:

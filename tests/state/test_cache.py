@@ -86,6 +86,13 @@ def test_sizes_match_getsizeof_for_flat_values_and_walk_containers() -> None:
         [1, "a", None],
     ):
         assert sizes(objs) == [sys.getsizeof(o) for o in objs], objs
+    # Tuples of flat objects (windowed keys) take a short cut to the same figures as the walk.
+    windows = [("k1", 1_700_000_000_000, 1_700_000_060_000), ("key-2", 0, 60_000)]
+    assert sizes(windows) == [sizeof(w) for w in windows]
+    assert sizes(windows)[0] == sys.getsizeof(windows[0]) + sum(map(sys.getsizeof, windows[0]))
+    nested = [("k", ["a", "b"]), ("k", 1)]
+    assert sizes(nested) == [sizeof(t) for t in nested]
+    assert sizes(nested)[0] > sys.getsizeof(nested[0]) + sys.getsizeof(nested[0][1])
     value = {"qty": 2, "item": "apple", "tags": ["a", "b"]}
     walked = sizeof(value)
     assert walked > sys.getsizeof(value) + sys.getsizeof(value["tags"])

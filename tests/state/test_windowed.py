@@ -28,6 +28,12 @@ def test_window_keys_round_trip_and_sort_by_key_then_start() -> None:
     # "a" is a prefix of "ab" as text, not as a window-key prefix: the length comes first.
     assert not codec.dumps(WindowKey("ab", 0, 10)).startswith(codec.prefix("a"))
     assert prefix_upper_bound(b"a\xff") == b"b" and prefix_upper_bound(b"\xff\xff") is None
+    # Remembered key prefixes never confuse equal keys of different types (1 == 1.0 == True).
+    fresh = WindowKeyCodec(JsonCodec())
+    assert [fresh.dumps(WindowKey(k, 0, 10)) for k in ("1", 1, 1.0, True, "1")] == [
+        codec.prefix(k) + codec.dumps(WindowKey(k, 0, 10))[-16:] for k in ("1", 1, 1.0, True, "1")
+    ]
+    assert len({fresh.dumps(WindowKey(k, 0, 10)) for k in ("1", 1, 1.0, True)}) == 4
 
 
 def test_sliding_values_round_trip() -> None:
