@@ -14,7 +14,9 @@ field annotation                        accepted JSON value
 ``bool``                                ``true`` or ``false``
 ``str``, ``bytes``                      a string
 ``Decimal``                             a number, or a string holding a finite number
-``datetime``, ``date``                  an ISO-8601 string (what the encoder writes)
+``datetime``, ``date``                  an ISO-8601 string (what the encoder writes), or a
+                                        number (epoch seconds, kept as is: Faust apps send
+                                        ``date=int(time())`` and Faust accepts it)
 ``list[X]``, ``set[X]``, ``tuple[X, ...]`` a JSON array (its items checked against ``X``)
 ``dict[K, V]``, ``Mapping[K, V]``       a JSON object (its values checked against ``V``)
 a ``Record`` subclass                   a JSON object that fits that model
@@ -85,6 +87,8 @@ def _decimal_ok(value: Any) -> bool:
 
 def _iso_ok(parse: Callable[[str], Any]) -> Callable[[Any], bool]:
     def ok(value: Any) -> bool:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return True  # epoch seconds, as Faust apps send (``date=int(time())``): kept as is
         if not isinstance(value, str):
             return False
         try:
@@ -104,9 +108,11 @@ _SCALARS: dict[Any, Check] = {
     bytes: _expect("a string", lambda v: isinstance(v, str)),
     decimal.Decimal: _expect("a finite decimal number", _decimal_ok),
     datetime.datetime: _expect(
-        "an ISO-8601 date-time string", _iso_ok(datetime.datetime.fromisoformat)
+        "an ISO-8601 date-time string or a number", _iso_ok(datetime.datetime.fromisoformat)
     ),
-    datetime.date: _expect("an ISO-8601 date string", _iso_ok(datetime.date.fromisoformat)),
+    datetime.date: _expect(
+        "an ISO-8601 date string or a number", _iso_ok(datetime.date.fromisoformat)
+    ),
 }
 
 
