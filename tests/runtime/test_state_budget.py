@@ -11,16 +11,17 @@ from pathlib import Path
 from streams_app import App
 from streams_app.readback import read_topics
 from tests.runtime.helpers import KafkaObserver, running_worker, wait_until
+from tests.runtime.test_count_basic import count_app
 
 KEYS = 2_000
 RECORDS = 3_000
 
 
-def count_app(unique: str, bootstrap: str) -> App:
-    app = App(
-        f"budget-{unique}",
-        broker=bootstrap,
-        topic_partitions=3,
+def budget_app(unique: str, bootstrap: str) -> App:
+    """The basic count topology (tests/runtime/test_count_basic.py) with a tiny budget."""
+    return count_app(
+        unique,
+        bootstrap,
         commit_interval=600.0,  # never due by time during this test
         transaction_timeout=900.0,
         max_poll_interval=900.0,  # at least the commit interval (checked at start)
@@ -30,23 +31,12 @@ def count_app(unique: str, bootstrap: str) -> App:
         # The budget is checked after each fetched batch: small batches, many checks.
         max_poll_records=250,
     )
-    events = app.topic(f"in-{unique}", key_type=str, value_serializer="raw")
-    totals = app.topic(f"out-{unique}", key_type=str, value_type=int)
-    counts = app.Table("counts", default=int, key_type=str, value_type=int)
-
-    @app.agent(events)
-    async def count(stream):  # type: ignore[no-untyped-def]
-        async for key, _ in stream.items():
-            counts[key] += 1
-            await totals.send(key=key, value=counts[key])
-
-    return app
 
 
 async def test_a_burst_over_the_budget_commits_early_and_exactly_once(
     bootstrap_servers: str, unique: str, tmp_path: Path
 ) -> None:
-    app = count_app(unique, bootstrap_servers)
+    app = budget_app(unique, bootstrap_servers)
     keys = [f"k{(i * 7919) % KEYS}" for i in range(RECORDS)]  # every key, some twice
     group = app.conf.id
     async with running_worker(app, tmp_path / "state") as worker:
@@ -62,7 +52,8 @@ async def test_a_burst_over_the_budget_commits_early_and_exactly_once(
         assert worker.memory.uncommitted.checks > 0
         assert worker.memory.uncommitted.max_bytes == 64 * 1024
 
-    topics = [f"out-{unique}", f"budget-{unique}-counts-changelog"]
+    changelog_topic = f"{group}-counts-changelog"
+    topics = [f"out-{unique}", changelog_topic]
     out = await read_topics(bootstrap_servers, topics)  # read_committed
     expected = Counter(keys)
     per_key: dict[str, list[int]] = {}
@@ -71,6 +62,6 @@ async def test_a_burst_over_the_budget_commits_early_and_exactly_once(
     assert sum(len(v) for v in per_key.values()) == RECORDS
     assert per_key == {k: list(range(1, n + 1)) for k, n in expected.items()}
     # Table keys are JSON in the changelog (Faust's wire format); record keys raw.
-    changelog = out[f"budget-{unique}-counts-changelog"]
+    changelog = out[changelog_topic]
     final = {json.loads(r.key): json.loads(r.value) for r in changelog}
     assert final == dict(expected)
