@@ -20,11 +20,18 @@ partition's order, with plain Python data structures: no streams_app code is use
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-BASE = 1_700_000_000_000  # a recent instant in ms: far from 0 (sliding windows' early records)
+#: A whole hour, one to two hours ago, in ms: far from 0 (sliding windows' early records), and
+#: recent. A broker deletes a segment whose newest record is older than the topic's
+#: ``retention.ms`` (7 days for outputs, a day and the window retention for windowed
+#: changelogs) whenever its retention check runs, so data from years ago would vanish from the
+#: outputs mid-test if the check fell inside one (it runs every 5 minutes). Every window size
+#: here divides an hour, so the windows fall on the data the same way whatever the hour.
+BASE = (time.time_ns() // 1_000_000 // 3_600_000 - 1) * 3_600_000
 
 
 @dataclass(frozen=True)

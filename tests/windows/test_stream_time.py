@@ -228,14 +228,14 @@ async def test_timestamp_fn_gives_records_their_time_and_bad_times_are_dead_lett
     from streams_app.runtime.errors_policy import H_ERROR_TYPE
 
     async with topology_driver(stamped_app()) as driver:
-        await driver.pipe("readings", {"at": 1_700_000_000.25}, key="a")
+        await driver.pipe("readings", {"at": BASE / 1000 + 0.25}, key="a")
         await driver.pipe("readings", {"at": None}, key="b")  # no time: dead-lettered
         await driver.pipe("readings", {"at": -5}, key="c")  # negative: dead-lettered
-        await driver.pipe("readings", {"at": 1_700_000_001}, key="d")
+        await driver.pipe("readings", {"at": BASE // 1000 + 1}, key="d")
         await driver.run_until_idle()
         assert await driver.read_key_values("seen") == [
-            ("a", 1_700_000_000_250),
-            ("d", 1_700_000_001_000),
+            ("a", BASE + 250),
+            ("d", BASE + 1_000),
         ]
         dead = await driver.read("readings.dlq")
         assert [r.header(H_ERROR_TYPE) for r in dead] == [b"InvalidTimestamp"] * 2
