@@ -17,9 +17,10 @@ a gigabyte, so :func:`sizeof` walks the object instead, with :func:`sys.getsizeo
 
 Walking costs about as much as decoding the value did, and happens once per write or cache fill,
 never on a cache hit. A commit sizes all its writes at once with :func:`sizes`, which for the
-common homogeneous cases (ASCII ``str`` or ``bytes`` keys, small ``int``, ``float`` or ``bytes``
-values) computes the exact ``getsizeof`` figures from ``len`` in C-level loops: ``sys.getsizeof``
-itself costs a method lookup and a call per object, more than the dict store of the value.
+common homogeneous cases (ASCII ``str`` or ``bytes`` keys, ``int``, ``float`` or ``bytes``
+values, and tuples of them column by column: a windowed table's ``(key, start, end)``) computes
+the exact ``getsizeof`` figures from ``len`` in C-level loops: ``sys.getsizeof`` itself costs a
+method lookup and a call per object, more than the dict store of the value.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ BYTES_BASE = _getsizeof(b"")
 #: ``getsizeof`` of any int whose magnitude fits one 30-bit digit is at most this.
 SMALL_INT = _getsizeof(2**30 - 1)
 _SMALL_INT_LIMIT = 2**30
+#: ... and of any int of two digits (magnitude in ``[2**30, 2**60)``: epoch milliseconds).
+TWO_DIGIT_INT = _getsizeof(2**60 - 1)
+_TWO_DIGIT_LIMIT = 2**60
 FLOAT_SIZE = _getsizeof(0.0)
 
 
@@ -69,34 +73,63 @@ def sizeof(obj: Any) -> int:
 def size_parts(objs: Collection[Any]) -> tuple[int, Iterator[int] | None]:
     """``sizeof`` of each of ``objs`` as ``constant + part``: ``(constant, None)`` when all are
     the same size, else an iterator of the parts, in order. C-level loops for homogeneous flat
-    objects (ASCII ``str``, ``bytes``, small ``int``, ``float``)."""
+    objects (ASCII ``str``, ``bytes``, ``int``, ``float``) and for tuples of them."""
     types = set(map(type, objs))
     if len(types) == 1:
         kind = types.pop()
-        if kind is str:
-            if all(map(str.isascii, objs)):
-                return STR_BASE, map(len, objs)
-        elif kind is int:
-            if min(objs) > -_SMALL_INT_LIMIT and max(objs) < _SMALL_INT_LIMIT:
-                return SMALL_INT, None
-        elif kind is bytes:
-            return BYTES_BASE, map(len, objs)
-        elif kind is float:
-            return FLOAT_SIZE, None
-        elif kind is tuple or issubclass(kind, tuple):  # windowed keys: (key, start, end)
-            return 0, map(_tuple_size, objs)
+        found = _flat_parts(kind, objs)
+        if found is not None:
+            return found
+        if issubclass(kind, tuple):  # windowed keys: (key, start, end)
+            return _tuple_parts(objs)
     return 0, map(sizeof, objs)
 
 
-def _tuple_size(obj: tuple[Any, ...]) -> int:
-    """``sizeof`` of a tuple, without :func:`_deep`'s bookkeeping when it holds only flat
-    objects (a windowed table's keys); the same figure either way."""
-    size = _getsizeof(obj)
-    for item in obj:
-        if type(item) not in FLAT:
-            return sizeof(obj)
-        size += _getsizeof(item)
-    return size
+def _flat_parts(kind: type, objs: Collection[Any]) -> tuple[int, Iterator[int] | None] | None:
+    """:func:`size_parts` of objects all of type ``kind``; None unless ``kind`` is flat."""
+    if kind is str:
+        if all(map(str.isascii, objs)):
+            return STR_BASE, map(len, objs)
+    elif kind is int:
+        low, high = min(objs), max(objs)
+        if low > -_SMALL_INT_LIMIT and high < _SMALL_INT_LIMIT:
+            return SMALL_INT, None
+        if (low >= _SMALL_INT_LIMIT or high <= -_SMALL_INT_LIMIT) and (
+            low > -_TWO_DIGIT_LIMIT and high < _TWO_DIGIT_LIMIT
+        ):  # all of two 30-bit digits: epoch milliseconds (window bounds)
+            return TWO_DIGIT_INT, None
+    elif kind is bytes:
+        return BYTES_BASE, map(len, objs)
+    elif kind is float:
+        return FLOAT_SIZE, None
+    elif kind not in FLAT:
+        return None
+    return 0, map(_getsizeof, objs)
+
+
+def _tuple_parts(objs: Collection[tuple[Any, ...]]) -> tuple[int, Iterator[int] | None]:
+    """:func:`size_parts` of tuples of one type: column by column when they all have the same
+    length and every column is homogeneous and flat (a windowed table's keys: ``str`` keys and
+    ``int`` bounds), so that a commit of windows is sized in C-level loops as one of plain keys
+    is. The same figures as :func:`_deep` (a tuple of flat objects costs its own ``getsizeof``
+    plus each item's); otherwise the walk, per tuple."""
+    try:
+        columns = list(zip(*objs, strict=True))
+    except ValueError:  # not all of one length
+        return 0, map(sizeof, objs)
+    constant = _getsizeof(next(iter(objs)))  # one type and one length: one size
+    parts: list[Iterator[int]] = []
+    for column in columns:
+        kinds = set(map(type, column))
+        found = _flat_parts(kinds.pop(), column) if len(kinds) == 1 else None
+        if found is None:
+            return 0, map(sizeof, objs)
+        constant += found[0]
+        if found[1] is not None:
+            parts.append(found[1])
+    if not parts:
+        return constant, None
+    return constant, parts[0] if len(parts) == 1 else map(sum, zip(*parts, strict=True))
 
 
 def sizes(objs: Collection[Any]) -> list[int]:

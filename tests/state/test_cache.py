@@ -23,6 +23,7 @@ from streams_app.state import (
 )
 from streams_app.state.cache import ENTRY_OVERHEAD, entry_size, entry_sizes
 from streams_app.state.sizing import sizeof, sizes
+from streams_app.state.windowed import WindowKey
 
 
 class CountingJson(JsonCodec):
@@ -83,6 +84,8 @@ def test_sizes_match_getsizeof_for_flat_values_and_walk_containers() -> None:
         [1.5, 0.0],
         ["é", "x"],  # not all ASCII: per object
         [2**40, 7],  # not all small ints
+        [2**40, 2**31, -(2**50)],  # all of two digits (epoch milliseconds)
+        [2**61, 2**40],
         [1, "a", None],
     ):
         assert sizes(objs) == [sys.getsizeof(o) for o in objs], objs
@@ -90,6 +93,17 @@ def test_sizes_match_getsizeof_for_flat_values_and_walk_containers() -> None:
     windows = [("k1", 1_700_000_000_000, 1_700_000_060_000), ("key-2", 0, 60_000)]
     assert sizes(windows) == [sizeof(w) for w in windows]
     assert sizes(windows)[0] == sys.getsizeof(windows[0]) + sum(map(sys.getsizeof, windows[0]))
+    # ... column by column: one commit's windows, and tuples that are not all alike.
+    for tuples in (
+        [("k1", 1_700_000_000_000, 1_700_000_060_000), ("key-22", 1_700_000_060_000, 2**40)],
+        [WindowKey("k", 2**40, 2**41), WindowKey("é", 2**40, 2**41)],
+        [("a",), ("b", "c")],
+        [(), ()],
+        [("a", 1.5, b"x", True, None), ("b", 2.5, b"yy", False, None)],
+        [("a", ["x"]), ("b", ["y"])],
+        [("a", 1), ("b", "c")],
+    ):
+        assert sizes(tuples) == [sizeof(t) for t in tuples], tuples
     nested = [("k", ["a", "b"]), ("k", 1)]
     assert sizes(nested) == [sizeof(t) for t in nested]
     assert sizes(nested)[0] > sys.getsizeof(nested[0]) + sys.getsizeof(nested[0][1])
