@@ -185,8 +185,8 @@ class WindowSet:
         else:
             task = event.task
         table = self.wrapper.table
-        if not table._warned_key:  # a key other than the record's: one value per partition
-            table._check_key(self.key)
+        if not table._warned_key and self.key is not event.key:
+            table._check_key(self.key)  # a key other than the record's: one value per partition
         state = task.windowed(table)
         relative = self.wrapper._relative_to
         timestamp = (
@@ -344,6 +344,8 @@ class WindowWrapper:
     def __init__(self, table: Table, *, relative_to: RelativeHandler | None = None) -> None:
         self.table = table
         self._relative_to = relative_to
+        #: The WindowSet handed out last (see __getitem__).
+        self._last: WindowSet | None = None
 
     @property
     def name(self) -> str:
@@ -407,7 +409,14 @@ class WindowWrapper:
     # -- dict-like ------------------------------------------------------------------------
 
     def __getitem__(self, key: Any) -> WindowSet:
-        return WindowSet(key, self, current_event.get())
+        # ``table[key] += 1; table[key].current()`` asks twice for the same key while handling
+        # the same record: the second time gets the same (immutable) WindowSet back.
+        event = current_event.get()
+        last = self._last
+        if last is not None and last.key is key and last.event is event and event is not None:
+            return last
+        windows = self._last = WindowSet(key, self, event)
+        return windows
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(value, WindowSet):
