@@ -243,7 +243,10 @@ class WindowSet:
         """The window of the wrapper's time relativity (the record's timestamp by default)."""
         state = self._state()
         timestamp = self.wrapper.get_timestamp(event or self.event)
-        return self._read(state, state.windows.current(state.view, self.key, timestamp))
+        value = state.windows.current_value(
+            state.view, self.key, timestamp, state.observed, _MISSING
+        )
+        return state.initial() if value is _MISSING else value
 
     def current(self, event: Event | None = None) -> Any:
         """The window of the record's timestamp (Faust: relative to the stream)."""
@@ -251,14 +254,10 @@ class WindowSet:
         if event is None:
             raise TopologyError("this read needs the record being processed (it has none here)")
         state = event.task.windowed(self.wrapper.table)
-        windows = state.windows
-        window = windows.current(state.view, self.key, event.timestamp)
-        # _read, inlined: a per-record read in the commonest windowed topologies.
-        if window is not None and windows.expire_at(window) > state.observed:
-            stored = state.view.tx.get(window, _MISSING)
-            if stored is not _MISSING:
-                return windows.aggregate(stored)
-        return state.initial()
+        value = state.windows.current_value(
+            state.view, self.key, event.timestamp, state.observed, _MISSING
+        )
+        return state.initial() if value is _MISSING else value
 
     def now(self) -> Any:
         """The earliest window holding the wall-clock time (Faust's ``now()``)."""

@@ -147,6 +147,17 @@ class Windows(ABC):
         """The window ``.now()`` reads (Faust: the earliest one holding the time)."""
         return self.current(view, key, timestamp)
 
+    def current_value(
+        self, view: WindowedTransaction, key: Any, timestamp: int, observed: int, default: Any
+    ) -> Any:
+        """The value of the window :meth:`current` picks, or ``default`` when there is none
+        or it has expired by ``observed`` (``.current()`` runs this once per record)."""
+        window = self.current(view, key, timestamp)
+        if window is None or self.expire_at(window) <= observed:
+            return default
+        stored = view.tx.get(window, _MISSING)
+        return default if stored is _MISSING else self.aggregate(stored)
+
     def aggregate(self, stored: Any) -> Any:
         """The user's value out of what the store holds."""
         return stored
@@ -265,6 +276,17 @@ class TimeWindows(Windows):
             return None
         start = (timestamp // self.step_ms) * self.step_ms
         return (key, start, start + self.size_ms)  # type: ignore[return-value]  # WindowKey-equal
+
+    def current_value(
+        self, view: WindowedTransaction, key: Any, timestamp: int, observed: int, default: Any
+    ) -> Any:
+        # current(), expire_at() and aggregate() (the stored value itself) in one call.
+        if timestamp < 0:
+            return default
+        start = timestamp - timestamp % self.step_ms
+        if start + self.retention_ms + 1 <= observed:
+            return default
+        return view.tx.get((key, start, start + self.size_ms), default)
 
     def earliest(self, view: WindowedTransaction, key: Any, timestamp: int) -> WindowKey | None:
         start = next(self.starts_for(timestamp), None)
