@@ -185,7 +185,7 @@ class WindowSet:
         else:
             task = event.task
         table = self.wrapper.table
-        if not table._warned_key and self.key is not event.key:
+        if not table._warned_key and (event is None or self.key is not event.key):
             table._check_key(self.key)  # a key other than the record's: one value per partition
         state = task.windowed(table)
         relative = self.wrapper._relative_to

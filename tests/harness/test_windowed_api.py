@@ -111,3 +111,31 @@ async def test_the_faust_windowed_surface(topology_driver: DriverFactory) -> Non
             (("ann", WindowRange(m0, m0 + 60)), 2),
             (("ann", WindowRange(m1, m1 + 60)), 2),
         ]
+
+
+async def test_a_stream_time_timer_counts_in_wall_clock_windows(
+    topology_driver: DriverFactory,
+) -> None:
+    # No record is being processed in a timer: the update takes its task from current_task,
+    # its time from the wall clock, and its key is checked against no record's key.
+    app = App("window-timer", topic_partitions=1)
+    source = app.topic("timer-in", key_type=str, value_type=int)
+    ticks = app.Table("ticks", default=int, key_type=str).tumbling(60).relative_to_now()
+
+    @app.agent(source)
+    async def consume(stream):  # type: ignore[no-untyped-def]
+        async for _ in stream:
+            pass
+
+    @app.timer(10, on="stream_time")
+    async def tick() -> None:
+        ticks["tick"] += 1
+
+    async with topology_driver(app) as driver:
+        await driver.pipe("timer-in", 1, key="k", timestamp=T0 + 1_000)
+        await driver.run_until_idle()
+        await driver.pipe("timer-in", 1, key="k", timestamp=T0 + 12_000)
+        await driver.run_until_idle()
+        wall_ms = round(driver.clock.time() * 1000)
+        minute = wall_ms - wall_ms % 60_000
+        assert await driver.table("ticks") == {("tick", minute, minute + 60_000): 2}
