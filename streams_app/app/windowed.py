@@ -70,16 +70,22 @@ class WindowedTableState:
         #: Updates to windows that had already closed (Kafka Streams' dropped-records count).
         self.skipped_windows = 0
         self.initial = table.initial
-        self._closes: list[tuple[int, int, WindowKey]] = []
-        self._expiries: list[tuple[int, int, WindowKey]] = []
-        self._tracked: set[WindowKey] = set()
+        # Windows as plain (key, start, end) tuples: the garbage collector stops tracking a
+        # tuple once it has seen it hold only atoms (str, int), and these entries of the heaps
+        # with it, but never a WindowKey (a tuple subclass). Thousands of windows per task
+        # then made every full collection longer.
+        self._closes: list[tuple[int, int, tuple[Any, int, int]]] = []
+        self._expiries: list[tuple[int, int, tuple[Any, int, int]]] = []
+        self._tracked: set[tuple[Any, int, int]] = set()
         self._seq = 0
         for stored, _ in view.all_windows():
             self.track(stored)
 
-    def track(self, window: WindowKey) -> None:
+    def track(self, window: tuple[Any, int, int]) -> None:
         if window in self._tracked:
             return
+        if type(window) is not tuple:
+            window = (window[0], window[1], window[2])
         self._tracked.add(window)
         self._seq += 1
         close = self.windows.close_at(window)
@@ -110,7 +116,7 @@ class WindowedTableState:
             _, _, window = heapq.heappop(closes)
             stored = self.view.get(window, _MISSING)
             if stored is not _MISSING:  # not merged away or deleted meanwhile
-                out.append((window, self.windows.aggregate(stored)))
+                out.append((WindowKey._make(window), self.windows.aggregate(stored)))
         return out
 
     def expire(self) -> int:

@@ -105,8 +105,9 @@ class WindowState(Protocol):
     def initial(self) -> Any:
         """A new aggregate (the table's default)."""
 
-    def track(self, window: WindowKey) -> None:
-        """A window was written: queue it to close and expire (if it is not already)."""
+    def track(self, window: tuple[Any, int, int]) -> None:
+        """A window (a WindowKey or a plain ``(key, start, end)``) was written: queue it to
+        close and expire (if it is not already)."""
 
 
 class Windows(ABC):
@@ -119,11 +120,11 @@ class Windows(ABC):
     # -- lifecycle ------------------------------------------------------------------------
 
     @abstractmethod
-    def close_at(self, window: WindowKey) -> int:
+    def close_at(self, window: tuple[Any, int, int]) -> int:
         """The observed stream time at which ``window`` is closed (final, updates late)."""
 
     @abstractmethod
-    def expire_at(self, window: WindowKey) -> int:
+    def expire_at(self, window: tuple[Any, int, int]) -> int:
         """The observed stream time at which ``window`` leaves the store."""
 
     # -- updates --------------------------------------------------------------------------
@@ -228,10 +229,10 @@ class TimeWindows(Windows):
             yield start
             start += step
 
-    def close_at(self, window: WindowKey) -> int:
+    def close_at(self, window: tuple[Any, int, int]) -> int:
         return window[2] + self.grace_ms
 
-    def expire_at(self, window: WindowKey) -> int:
+    def expire_at(self, window: tuple[Any, int, int]) -> int:
         return window[1] + self.retention_ms + 1
 
     def update(self, state: WindowState, key: Any, timestamp: int, op: Op, value: Any) -> bool:
@@ -251,7 +252,7 @@ class TimeWindows(Windows):
             old = tx.get(window, _MISSING)
             if old is _MISSING:
                 old = state.initial()
-                state.track(WindowKey(key, start, end))
+                state.track(window)
             tx.set(window, op(old, value))
             return True
         start = (max(0, timestamp - size + step) // step) * step
@@ -265,7 +266,7 @@ class TimeWindows(Windows):
                 old = tx.get(window, _MISSING)
                 if old is _MISSING:
                     old = state.initial()
-                    state.track(WindowKey(key, start, end))
+                    state.track(window)
                 tx.set(window, op(old, value))
                 applied = True
             start += step
@@ -319,10 +320,10 @@ class SlidingWindows(Windows):
             expires, 2 * self.size_ms + self.grace_ms, "2 * size + grace (Kafka Streams' minimum)"
         )
 
-    def close_at(self, window: WindowKey) -> int:
+    def close_at(self, window: tuple[Any, int, int]) -> int:
         return window[2] + self.grace_ms + 1
 
-    def expire_at(self, window: WindowKey) -> int:
+    def expire_at(self, window: tuple[Any, int, int]) -> int:
         return window[1] + self.retention_ms + 1
 
     def aggregate(self, stored: Any) -> Any:
@@ -458,10 +459,10 @@ class SessionWindows(Windows):
         )
         self.merge: Callable[[Any, Any], Any] = merge or (lambda a, b: a + b)
 
-    def close_at(self, window: WindowKey) -> int:
+    def close_at(self, window: tuple[Any, int, int]) -> int:
         return window[2] + self.gap_ms + self.grace_ms + 1
 
-    def expire_at(self, window: WindowKey) -> int:
+    def expire_at(self, window: tuple[Any, int, int]) -> int:
         return window[2] + self.retention_ms + 1
 
     def sessions(

@@ -139,7 +139,7 @@ class WindowedTransaction:
             self._live.setdefault(window[0], {})[(window[1], window[2])] = None
             self._dead.discard(window)
 
-    def delete(self, window: WindowKey) -> None:
+    def delete(self, window: tuple[Any, int, int]) -> None:
         if self.tx.contains(window):
             self.tx.delete(window)
             if self.indexed:
