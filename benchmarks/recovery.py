@@ -3,7 +3,7 @@
 A table of ``--recovery-keys`` keys (1,000,000: one input record per key, counted by
 ``benchmarks/recovery_app.py``), then a steady input load, then the worker that owns half of
 the tasks is SIGKILLed. Measured until each of its tasks' first new output is committed and
-visible to a ``read_committed`` reader, in four scenarios per round:
+visible to a ``read_committed`` reader, in five scenarios per round:
 
 ``standby``
     two workers, ``table_standby_replicas=1``: the survivor holds a warm standby of every task
@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import random
 import re
 import shutil
@@ -117,6 +118,8 @@ class Scenario:
     survivor_cpu_s: float | None = None
     steady_cpu_s_per_s: float | None = None
     state_bytes: int | None = None
+    #: The machine's 1-minute load average at the kill (the machine is shared: read with it).
+    load_at_kill: float | None = None
     correct: bool | None = None
     problems: list[str] = field(default_factory=list)
 
@@ -454,6 +457,7 @@ async def _kill_and_measure(
     s.steady_cpu_s_per_s = round((cpu1 - cpu0) / (time.monotonic() - t0), 3)
     s.state_bytes = _dir_bytes(setup.dir)
     cpu_before = {w.name: cpu_seconds(w.pid) for w in survivors}
+    s.load_at_kill = round(os.getloadavg()[0], 2)
     t_kill = time.time()
     v.kill()
     bounds = await setup.group.committed()
@@ -628,6 +632,7 @@ async def bench_recovery(args: argparse.Namespace, bootstrap: str, workdir: Path
                     )
                     + f", restored {s.restore_records:,} records in "
                     f"{_fmt(s.restore_seconds)}s, cpu {_fmt(s.survivor_cpu_s)}s, "
+                    f"load {_fmt(s.load_at_kill)}, "
                     + ("correct" if s.correct else f"WRONG: {s.problems}"),
                     flush=True,
                 )
