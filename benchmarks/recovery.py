@@ -3,7 +3,7 @@
 A table of ``--recovery-keys`` keys (1,000,000: one input record per key, counted by
 ``benchmarks/recovery_app.py``), then a steady input load, then the worker that owns half of
 the tasks is SIGKILLed. Measured until each of its tasks' first new output is committed and
-visible to a ``read_committed`` reader, in four scenarios per round:
+visible to a ``read_committed`` reader, in five scenarios per round:
 
 ``standby``
     two workers, ``table_standby_replicas=1``: the survivor holds a warm standby of every task
@@ -16,6 +16,11 @@ visible to a ``read_committed`` reader, in four scenarios per round:
 ``full-restore``
     the same worker killed again and restarted on an empty state directory: the whole table
     restored from its changelog.
+``static-restart`` (job ``static``)
+    one worker with a ``group_instance_id`` (static membership, KIP-345), restarted at once on
+    its intact state directory: it rejoins inside its dead incarnation's session, and the
+    broker gives its tasks back without a rebalance. It runs with its own session timeout
+    (``--recovery-static-session-timeout``, default 10 s): the restart must land inside it.
 
 Each figure is split where its parts can be seen: ``kill -> assigned`` (the group noticing the
 crash: the session timeout for a killed member, then the rebalance), ``assigned -> output``
@@ -35,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import random
 import re
 import shutil
@@ -50,7 +56,7 @@ from benchmarks.check import check_output, end_offsets, summarise_input
 
 REPO = Path(__file__).resolve().parent.parent
 APP = "benchmarks.recovery_app"
-SCENARIOS = ("standby", "no-standby", "restart", "full-restore")
+SCENARIOS = ("standby", "no-standby", "restart", "full-restore", "static-restart")
 
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 _ASSIGNED = re.compile(r"Setting newly assigned partitions (.*) for group")
@@ -112,6 +118,8 @@ class Scenario:
     survivor_cpu_s: float | None = None
     steady_cpu_s_per_s: float | None = None
     state_bytes: int | None = None
+    #: The machine's 1-minute load average at the kill (the machine is shared: read with it).
+    load_at_kill: float | None = None
     correct: bool | None = None
     problems: list[str] = field(default_factory=list)
 
@@ -326,6 +334,7 @@ class Setup:
         workers: int,
         standbys: int,
         label: str,
+        env: dict[str, str] | None = None,
     ) -> None:
         from streams_app.testing.workers import WorkerProcess
 
@@ -341,6 +350,7 @@ class Setup:
             "STREAMS_APP_TABLE_STANDBY_REPLICAS": str(standbys),
             "RECOVERY_SUFFIX": self.suffix,
             "RECOVERY_PARTITIONS": str(args.partitions),
+            **(env or {}),
         }
         self.workers = [
             WorkerProcess(
@@ -447,6 +457,7 @@ async def _kill_and_measure(
     s.steady_cpu_s_per_s = round((cpu1 - cpu0) / (time.monotonic() - t0), 3)
     s.state_bytes = _dir_bytes(setup.dir)
     cpu_before = {w.name: cpu_seconds(w.pid) for w in survivors}
+    s.load_at_kill = round(os.getloadavg()[0], 2)
     t_kill = time.time()
     v.kill()
     bounds = await setup.group.committed()
@@ -528,6 +539,33 @@ async def _restarts(
     return [restart, full]
 
 
+async def _static_restart(
+    args: argparse.Namespace, bootstrap: str, workdir: Path, index: int
+) -> Scenario:
+    s = Scenario("static-restart", index)
+    session = args.recovery_static_session_timeout
+    env = {
+        "STREAMS_APP_GROUP_INSTANCE_ID": "w0",
+        "STREAMS_APP_SESSION_TIMEOUT": str(session),
+        "STREAMS_APP_HEARTBEAT_INTERVAL": str(round(session / 3, 3)),
+    }
+    setup = Setup(args, bootstrap, workdir, 1, 0, "static", env=env)
+    try:
+        built = await setup.build()
+        print(
+            f"    static #{index}: table of {args.recovery_keys:,} keys built in {built:.1f}s",
+            flush=True,
+        )
+        await setup.start_load()
+        await _kill_and_measure(setup, s, victim=0, survivor=0, restart="intact")
+        await setup.finish([s])
+    finally:
+        for w in setup.workers:
+            if w.running:
+                w.kill()
+    return s
+
+
 def _median(values: list[float | None]) -> float | None:
     found = [v for v in values if v is not None]
     return round(statistics.median(found), 3) if found else None
@@ -560,7 +598,7 @@ def summarise(runs: list[Scenario]) -> dict[str, Any]:
 
 async def bench_recovery(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[str, Any]:
     jobs = args.recovery_scenarios.split(",")
-    unknown = set(jobs) - {"standby", "no-standby", "restarts"}
+    unknown = set(jobs) - {"standby", "no-standby", "restarts", "static"}
     if unknown:
         raise SystemExit(f"--recovery-scenarios: unknown {sorted(unknown)}")
     runs: list[Scenario] = []
@@ -569,6 +607,8 @@ async def bench_recovery(args: argparse.Namespace, bootstrap: str, workdir: Path
             try:
                 if job == "restarts":
                     found = await _restarts(args, bootstrap, workdir, index)
+                elif job == "static":
+                    found = [await _static_restart(args, bootstrap, workdir, index)]
                 else:
                     found = [
                         await _standby_pair(
@@ -592,6 +632,7 @@ async def bench_recovery(args: argparse.Namespace, bootstrap: str, workdir: Path
                     )
                     + f", restored {s.restore_records:,} records in "
                     f"{_fmt(s.restore_seconds)}s, cpu {_fmt(s.survivor_cpu_s)}s, "
+                    f"load {_fmt(s.load_at_kill)}, "
                     + ("correct" if s.correct else f"WRONG: {s.problems}"),
                     flush=True,
                 )
@@ -602,6 +643,8 @@ async def bench_recovery(args: argparse.Namespace, bootstrap: str, workdir: Path
             "rate": args.rate,
             "session_timeout": args.recovery_session_timeout,
             "heartbeat_interval": args.recovery_heartbeat,
+            "static_session_timeout": args.recovery_static_session_timeout,
+            "static_heartbeat_interval": round(args.recovery_static_session_timeout / 3, 3),
             "repeat": args.repeat,
         },
         "runs": [r.as_json() for r in runs],

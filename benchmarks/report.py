@@ -24,6 +24,8 @@ RECOVERY_ROWS = {
     "no-standby": "SIGKILL, failover to a worker without a standby",
     "restart": "SIGKILL, the same worker restarted on its intact state dir",
     "full-restore": "SIGKILL, the same worker restarted on an empty state dir",
+    "static-restart": "SIGKILL, the same worker restarted on its intact state dir as a static "
+    "member (group_instance_id) ⁴",
 }
 
 RATIO_NAMES = {
@@ -180,6 +182,14 @@ def render_recovery(recovery: dict[str, Any]) -> str:
         "³ CPU seconds of the worker that took over, from the kill until its first output "
         "(for a restart: of the new process since it started).",
     ]
+    if "static-restart" in summary:
+        out.append(
+            f"⁴ With group_instance_id set and session_timeout "
+            f"{settings.get('static_session_timeout', 10.0):g} s (heartbeat_interval "
+            f"{settings.get('static_heartbeat_interval', 3.0):g} s): the restart rejoins inside "
+            "the dead member's session, and the broker gives the static member its tasks back "
+            "in the same generation, with no rebalance."
+        )
     steady = {k: v.get("steady_cpu_s_per_s") for k, v in summary.items()}
     sizes = {k: v.get("state_bytes") for k, v in summary.items()}
     if steady.get("standby") is not None and steady.get("no-standby") is not None:

@@ -893,8 +893,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recovery-keys", type=int, default=1_000_000, help="table size")
     parser.add_argument(
         "--recovery-scenarios",
-        default="standby,no-standby,restarts",
-        help="which of standby, no-standby, restarts (restart and full-restore) to run",
+        default="standby,no-standby,restarts,static",
+        help="which of standby, no-standby, restarts (restart and full-restore), static (a "
+        "restart as a static member, group_instance_id) to run",
     )
     parser.add_argument(
         "--rate", type=int, default=1000, help="input records/s during the recovery runs"
@@ -910,6 +911,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=3.0,
         help="heartbeat_interval of the recovery runs' workers (default: streams_app's)",
+    )
+    parser.add_argument(
+        "--recovery-static-session-timeout",
+        type=float,
+        default=10.0,
+        help="session_timeout of the static-member restart (its heartbeat_interval: a third); "
+        "the restart must land inside it (default: streams_app's)",
     )
     parser.add_argument("--out", default="bench-results.json")
     parser.add_argument("--keep", action="store_true", help="keep worker logs and state")

@@ -93,6 +93,13 @@ class Settings:
     transaction_version: int | None = None
     session_timeout: float = 10.0
     heartbeat_interval: float = 3.0
+    #: Static group membership (Kafka's ``group.instance.id``, KIP-345; Faust's
+    #: ``consumer_group_instance_id``): a name unique to this worker among the app's workers
+    #: and stable across its restarts (e.g. the pod or host name). A worker that restarts
+    #: within ``session_timeout`` takes its tasks back at once, with no rebalance; a worker
+    #: that stops, cleanly or not, keeps its tasks until ``session_timeout`` expires.
+    #: None (the default): dynamic membership.
+    group_instance_id: str | None = None
     max_poll_interval: float = 300.0
     max_poll_records: int = 2_000
     topic_partitions: int = 8
@@ -397,6 +404,14 @@ class Settings:
                 )
         if not isinstance(self.extra, dict):
             raise ConfigError("extra", f"{self.extra!r} is not a dict", "use extra={...}")
+        instance = self.group_instance_id
+        if instance is not None and not (isinstance(instance, str) and _TOPIC_NAME.match(instance)):
+            raise ConfigError(
+                "group_instance_id",
+                f"{instance!r} is not a valid group instance id",
+                "use 1-249 letters, digits, '.', '_', '-', unique to this worker and the same "
+                "across its restarts (e.g. the pod or host name), or leave it unset",
+            )
 
     def _validate_timing(self) -> None:
         if self.commit_interval is not None:

@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 import time
 
-from streams_app.broker import devserver
-from streams_app.broker.jars import broker_libs, kafka_version, tools_classpath
-
 
 def add_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -27,6 +24,11 @@ def add_parser(
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: every CLI command (a worker restarting after a crash, say) would otherwise
+    # pay for importing the embedded broker's package at start.
+    from streams_app.broker import devserver
+    from streams_app.broker.jars import broker_libs, kafka_version, tools_classpath
+
     command = args.broker_command
     if command == "fetch":
         t0 = time.monotonic()

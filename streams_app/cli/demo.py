@@ -25,9 +25,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from streams_app.broker import EmbeddedKafka
 from streams_app.errors import StreamsAppError
-from streams_app.readback import group_lag, last_stable_equals_high_watermark, read_topics
 
 ITEMS = ("apple", "banana", "cherry", "damson", "elder")
 
@@ -54,6 +52,10 @@ def _say(message: str) -> None:
 
 
 async def _demo(tmp: Path, n_orders: int, seed: int) -> int:
+    # Imported here, not at the top: see cli/broker.py.
+    from streams_app.broker import EmbeddedKafka
+    from streams_app.readback import group_lag, last_stable_equals_high_watermark, read_topics
+
     t0 = time.monotonic()
     _say("1. Starting the embedded Kafka broker (real Apache Kafka, KRaft, 127.0.0.1)...")
     kafka = EmbeddedKafka(1, root=tmp / "kafka")

@@ -37,6 +37,7 @@ def consumer_config(settings: Settings) -> ConsumerConfig:
         max_poll_records=settings.max_poll_records,
         fetch_max_wait_ms=max(10, min(100, int(settings.effective_commit_interval * 500))),
         client_id=f"{settings.id}-consumer",
+        group_instance_id=settings.group_instance_id,
     )
 
 

@@ -316,6 +316,13 @@ class Worker:
             self.transport.address,
         )
         self.directory = StateDirectory(conf.state_dir, conf.id)
+        if conf.group_instance_id is not None:
+            log.info(
+                "static group member %r: a restart within session_timeout (%ss) takes its "
+                "tasks back without a rebalance",
+                conf.group_instance_id,
+                conf.session_timeout,
+            )
         if conf.web_enabled:  # first: /health answers during start; a port in use stops us now
             self.web = WebServer(self)
             await self.web.start()

@@ -140,7 +140,7 @@ async def restore_partitions(
     admin: ChangelogOffsets,
     *,
     stall_timeout: float = DEFAULT_STALL_TIMEOUT,
-    poll_timeout_ms: int = 250,
+    poll_timeout_ms: int = 50,
     max_records: int | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> dict[TopicPartition, RestoreResult]:
@@ -152,6 +152,10 @@ async def restore_partitions(
     error). ``on_progress(changelog, position, end)`` is called once per partition to read when
     reading starts (``position`` is then the start offset) and after each batch that moved it.
 
+    ``poll_timeout_ms`` is short because a tail of only commit markers and aborted records
+    (what a SIGKILLed owner leaves behind) yields no records: each poll then waits the whole
+    timeout before the position shows the end, and that wait is on every failover's path.
+
     Raises :class:`RestoreStalledError` when a partition makes no progress for
     ``stall_timeout`` seconds. Partitions restored before that keep their progress (each batch
     is stored with its offset), so a later attempt continues from there.
@@ -160,8 +164,8 @@ async def restore_partitions(
         return {}
     started = time.monotonic()
     tps = list(partitions)
-    beginnings = await admin.beginning_offsets(tps)
-    ends = await admin.end_offsets(tps)
+    # Both at once: one round trip instead of two before anything is read.
+    beginnings, ends = await asyncio.gather(admin.beginning_offsets(tps), admin.end_offsets(tps))
 
     results: dict[TopicPartition, RestoreResult] = {}
     # changelog partition -> (stored offset before restore, wiped?, start offset, end offset)

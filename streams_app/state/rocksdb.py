@@ -27,6 +27,21 @@ always matches its offset; a restart then restores a few more changelog records 
 have needed to. The changelog in Kafka is the durable copy, so paying an ``fsync`` (milliseconds
 on most disks) on every commit, every 100 ms per partition, would buy nothing.
 
+**Crash recovery time.** After a SIGKILL, opening a partition replays its WAL into a memtable
+and flushes that to a table file before ``Rdict(...)`` returns (measured: ~0.1 s per 2 MB of
+WAL; rocksdict holds the GIL meanwhile, so nothing else of the worker runs). A table written at
+a modest rate never fills its 16 MiB memtable, so its whole history since the last flush sits
+in the WAL: a restart on the intact state directory then spent most of a second here. So a
+partition with writes older than ``flush_interval`` seconds asks RocksDB for a *background*
+flush at its next write (``flush(wait=False)``: no wait on the worker's path), which bounds the
+replay to about ``flush_interval`` seconds of writes (measured: 8 partitions of 125,000 keys
+opened in 0.16 s after a SIGKILL, against 0.55-0.85 s without it). It changes nothing about
+what is stored: the WAL stays on and keeps every write until *both* families have flushed past
+it, so recovery brings both to the same last complete batch; and with several column families
+RocksDB syncs the closed WAL files before it records a flush (``SyncClosedLogs``), so even
+after a power loss neither family can come back ahead of what the WAL still holds for the
+other (the offset never claims data the store lost).
+
 **Handles.** An open partition holds RocksDB's ``LOCK`` file. rocksdict only releases it once
 every object that references the database is gone: :meth:`close` drops the column-family handle
 it keeps, but an ``items()`` iterator that was neither exhausted nor closed keeps the database
@@ -38,6 +53,7 @@ from __future__ import annotations
 import logging
 import shutil
 import struct
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -99,6 +115,9 @@ class RocksDBOptions:
     bloom_bits_per_key: int = 10
     max_open_files: int = 64
     sync_writes: bool = False
+    #: Seconds a partition's unflushed writes may age before its next write starts a background
+    #: flush (the module doc's "crash recovery time"); None: only when the memtable fills.
+    flush_interval: float | None = 5.0
     _cache: Cache | None = field(default=None, init=False, repr=False)
     _write_buffers: WriteBufferManager | None = field(default=None, init=False, repr=False)
 
@@ -176,6 +195,8 @@ class RocksDBStorePartition(StorePartition):
         self._db: Rdict | None = None
         self._meta: ColumnFamily | None = None
         self._offset: int | None = None
+        #: When the oldest write not yet flushed was made (monotonic); None: nothing unflushed.
+        self._unflushed_since: float | None = None
         self._open()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -301,6 +322,25 @@ class RocksDBStorePartition(StorePartition):
         wb.put(OFFSET_KEY, _OFFSET.pack(changelog_offset), self._meta)
         db.write(wb, self._write_opts)
         self._offset = changelog_offset
+        interval = self._options.flush_interval
+        if interval is not None:
+            now = time.monotonic()
+            if self._unflushed_since is None:
+                self._unflushed_since = now
+            elif now - self._unflushed_since >= interval:
+                self._flush_in_background(db)
+                self._unflushed_since = None
+
+    def _flush_in_background(self, db: Rdict) -> None:
+        """Schedule a flush of both column families (no wait). ``Rdict.flush`` flushes only
+        ``default``; the bookkeeping family, left in its memtable, would pin every WAL file
+        since its last flush (RocksDB deletes a WAL once no family needs it)."""
+        db.flush(False)
+        meta = db.get_column_family(META_CF)
+        try:
+            meta.flush(False)
+        finally:
+            meta.close()
 
     def flush(self) -> None:
         """Flush memtables to SST files (tests and clean shutdowns; never needed for safety)."""

@@ -157,6 +157,8 @@ class ConsumerConfig:
     fetch_max_wait_ms: int = 100
     rebalance_timeout_ms: int | None = None
     client_id: str = "streams-app"
+    #: Static membership (``group.instance.id``, KIP-345); None: a dynamic member.
+    group_instance_id: str | None = None
     #: The group's partition assignor (None: range, which keeps co-partitioned topics together).
     #: A transport that cannot run custom assignors uses range, and the runtime gets no
     #: standby tasks.

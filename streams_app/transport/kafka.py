@@ -376,6 +376,7 @@ class KafkaConsumerClient:
             bootstrap_servers=self._bootstrap,
             client_id=config.client_id,
             group_id=config.group_id,
+            group_instance_id=config.group_instance_id,
             isolation_level=config.isolation_level,
             enable_auto_commit=config.enable_auto_commit,
             auto_offset_reset=config.auto_offset_reset,

@@ -1,4 +1,5 @@
-"""SIGKILL a process writing RocksDB batches at a random moment: no batch is ever torn."""
+"""SIGKILL a process writing RocksDB batches at a random moment: no batch is ever torn, with or
+without background flushes (``flush_interval``) running when it dies."""
 
 from __future__ import annotations
 
@@ -10,20 +11,24 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from streams_app.state import RocksDBStorePartition
 from tests.state import crash_writer
 
 ROUNDS = 6
 
 
-def test_sigkill_never_tears_a_batch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flush_interval", [None, 0.01], ids=["memtable-full", "every-10ms"])
+def test_sigkill_never_tears_a_batch(tmp_path: Path, flush_interval: float | None) -> None:
     path = tmp_path / "p"
+    extra = [] if flush_interval is None else [str(flush_interval)]
     rng = random.Random()
     previous = 0
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     for _ in range(ROUNDS):
         child = subprocess.Popen(
-            [sys.executable, "-m", "tests.state.crash_writer", str(path)],
+            [sys.executable, "-m", "tests.state.crash_writer", str(path), *extra],
             stdout=subprocess.PIPE,
             text=True,
             env=env,
@@ -50,3 +55,6 @@ def test_sigkill_never_tears_a_batch(tmp_path: Path) -> None:
         assert keys == crash_writer.KEYS
         assert values == {str(offset).encode()}, f"torn batch: offset {offset}, values {values}"
         previous = offset
+    if flush_interval is not None:
+        # The background flushes did run (the data reached table files, not only the WAL).
+        assert list(path.glob("*.sst")), sorted(p.name for p in path.iterdir())

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from rocksdict import Options, Rdict
 
 from streams_app.state import RocksDBStore, RocksDBStorePartition, StateLockedError
-from streams_app.state.rocksdb import FORMAT_KEY, META_CF, OFFSET_KEY
+from streams_app.state.rocksdb import FORMAT_KEY, META_CF, OFFSET_KEY, RocksDBOptions
 
 
 def test_data_and_offset_survive_reopen(tmp_path: Path) -> None:
@@ -115,6 +116,36 @@ def test_leftover_directory_of_an_interrupted_wipe_is_removed(tmp_path: Path) ->
     (leftover / "junk").write_bytes(b"x")
     RocksDBStore("t", tmp_path / "t").close()
     assert not leftover.exists()
+
+
+def _table_files(path: Path, at_least: int, timeout: float = 10.0) -> int:
+    """The partition's SST files, polled until there are ``at_least`` (background flushes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = len(list(path.glob("*.sst")))
+        if found >= at_least or time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)
+
+
+def test_writes_older_than_flush_interval_are_flushed_in_the_background(tmp_path: Path) -> None:
+    """Small writes never fill a memtable: without flush_interval they stay in the WAL only
+    (replayed at the next open after a crash); with it, both column families reach table files
+    and the WAL files before them go."""
+    lazy = RocksDBStorePartition(tmp_path / "lazy", RocksDBOptions(flush_interval=None))
+    eager = RocksDBStorePartition(tmp_path / "eager", RocksDBOptions(flush_interval=0.0))
+    for offset in range(1, 4):
+        lazy.write({b"k%d" % offset: b"v"}, offset)
+        eager.write({b"k%d" % offset: b"v"}, offset)
+    # The second write found the first one old enough: data and bookkeeping families flushed.
+    assert _table_files(tmp_path / "eager", at_least=2) >= 2
+    assert _table_files(tmp_path / "lazy", at_least=1, timeout=0.5) == 0
+    for part in (lazy, eager):
+        part.close()
+    eager = RocksDBStorePartition(tmp_path / "eager")
+    assert eager.changelog_offset == 3
+    assert dict(eager.items()) == {b"k1": b"v", b"k2": b"v", b"k3": b"v"}
+    eager.close()
 
 
 def test_large_batches_across_memtable_flushes(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ def test_faust_names_map_to_ours() -> None:
         broker="kafka://somehost",
         broker_commit_interval=0.5,
         broker_session_timeout=30,
+        consumer_group_instance_id="worker-1",
         processing_guarantee="exactly_once",
         datadir="/tmp/faust-data",
         version=3,
@@ -27,6 +28,7 @@ def test_faust_names_map_to_ours() -> None:
     assert conf.broker == "somehost:9092"
     assert conf.commit_interval == 0.5
     assert conf.session_timeout == 30
+    assert conf.group_instance_id == "worker-1"
     assert conf.processing_guarantee == EXACTLY_ONCE_V2
     assert str(conf.state_dir) == "/tmp/faust-data"
     # Faust's id_format: the consumer group and every internal topic carry the version.

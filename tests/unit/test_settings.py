@@ -55,6 +55,7 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "transaction_timeout": [NAN, -10, 0, "10", 0.05, 3_000_000],
     "session_timeout": [NAN, INF, -1, 0, "10"],
     "heartbeat_interval": [-3, 0, NAN, 10, 11],
+    "group_instance_id": ["", "a b", "w/1", "x" * 250, 7, True],
     "max_poll_interval": [-1, 0, INF, "300", 0.01],
     "max_poll_records": [0, -1, 2.5, None],
     "topic_partitions": [0, -1, "8", 1.0],
@@ -322,3 +323,16 @@ def test_worker_overrides_are_validated() -> None:
     with pytest.raises(ConfigError, match="did you mean 'state_dir'"):
         s.replace(state_dirr="x")
     assert s.replace(state_dir="x").state_dir == Path("x")
+
+
+def test_group_instance_id_reaches_the_group_consumer_only() -> None:
+    """Static membership is for the worker's group consumer; the restore and standby
+    consumers have no group and must not carry an instance id."""
+    from streams_app.runtime import guarantees
+
+    conf = Settings.build("a", {}, {"STREAMS_APP_GROUP_INSTANCE_ID": "pod-3"})
+    assert conf.group_instance_id == "pod-3"
+    assert guarantees.consumer_config(conf).group_instance_id == "pod-3"
+    assert guarantees.restore_consumer_config(conf).group_instance_id is None
+    assert guarantees.standby_consumer_config(conf).group_instance_id is None
+    assert guarantees.consumer_config(Settings.build("a", {}, {})).group_instance_id is None
