@@ -253,7 +253,6 @@ NO_EFFECT: dict[str, str] = {
     "stream_wait_empty": "a commit always waits for every handed-out record",
     "table_cleanup_interval": "windowed tables expire windows as stream time advances",
     "table_key_index_size": "no key index: tables are per-partition RocksDB stores",
-    "table_standby_replicas": "tables restore from the changelog tail (no standbys)",
     "cache": "no cache backend",
     "canonical_url": _WEB,
     "web": _WEB,
