@@ -366,15 +366,28 @@ class Setup:
         self.load: Load | None = None
         self.watch = OutputWatch(bootstrap, self.output)
 
-    async def build(self) -> float:
-        """Topics, the preloaded table input, the workers; returns seconds to count it all."""
+    async def __aenter__(self) -> Setup:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Whatever happened, no worker process outlives its scenario."""
+        for worker in self.workers:
+            if worker.running:
+                worker.kill()
+
+    async def build(self, name: str, index: int) -> None:
+        """Topics, the preloaded table input, the workers, until they have counted it all."""
         await _create_topics(self.bootstrap, [self.input, self.output], self.args.partitions)
         await preload(self.bootstrap, self.input, self.args.recovery_keys)
         for worker in self.workers:
             worker.start()
         for worker in self.workers:
             await asyncio.to_thread(worker.wait_assigned, 120)
-        return await self.group.wait_caught_up(timeout=900)
+        built = await self.group.wait_caught_up(timeout=900)
+        print(
+            f"    {name} #{index}: table of {self.args.recovery_keys:,} keys built in {built:.1f}s",
+            flush=True,
+        )
 
     async def start_load(self) -> None:
         self.load = Load(self.bootstrap, self.input, self.args.recovery_keys, self.args.rate)
@@ -491,13 +504,8 @@ async def _standby_pair(
 ) -> Scenario:
     kind = "standby" if standbys else "no-standby"
     s = Scenario(kind, index)
-    setup = Setup(args, bootstrap, workdir, 2, standbys, kind)
-    try:
-        built = await setup.build()
-        print(
-            f"    {kind} #{index}: table of {args.recovery_keys:,} keys built in {built:.1f}s",
-            flush=True,
-        )
+    async with Setup(args, bootstrap, workdir, 2, standbys, kind) as setup:
+        await setup.build(kind, index)
         if standbys:
             # The survivor's standbys of the victim's tasks must have caught up first.
             last = assigned_partitions(read_log(setup.workers[0].log_path))
@@ -509,10 +517,6 @@ async def _standby_pair(
         await setup.start_load()
         await _kill_and_measure(setup, s, victim=0, survivor=1)
         await setup.finish([s])
-    finally:
-        for w in setup.workers:
-            if w.running:
-                w.kill()
     return s
 
 
@@ -520,22 +524,13 @@ async def _restarts(
     args: argparse.Namespace, bootstrap: str, workdir: Path, index: int
 ) -> list[Scenario]:
     restart, full = Scenario("restart", index), Scenario("full-restore", index)
-    setup = Setup(args, bootstrap, workdir, 1, 0, "restart")
-    try:
-        built = await setup.build()
-        print(
-            f"    restart #{index}: table of {args.recovery_keys:,} keys built in {built:.1f}s",
-            flush=True,
-        )
+    async with Setup(args, bootstrap, workdir, 1, 0, "restart") as setup:
+        await setup.build("restart", index)
         await setup.start_load()
         await _kill_and_measure(setup, restart, victim=0, survivor=0, restart="intact")
         await asyncio.to_thread(setup.workers[0].wait_assigned, 120)
         await _kill_and_measure(setup, full, victim=0, survivor=0, restart="empty")
         await setup.finish([restart, full])
-    finally:
-        for w in setup.workers:
-            if w.running:
-                w.kill()
     return [restart, full]
 
 
@@ -549,20 +544,11 @@ async def _static_restart(
         "STREAMS_APP_SESSION_TIMEOUT": str(session),
         "STREAMS_APP_HEARTBEAT_INTERVAL": str(round(session / 3, 3)),
     }
-    setup = Setup(args, bootstrap, workdir, 1, 0, "static", env=env)
-    try:
-        built = await setup.build()
-        print(
-            f"    static #{index}: table of {args.recovery_keys:,} keys built in {built:.1f}s",
-            flush=True,
-        )
+    async with Setup(args, bootstrap, workdir, 1, 0, "static", env=env) as setup:
+        await setup.build("static", index)
         await setup.start_load()
         await _kill_and_measure(setup, s, victim=0, survivor=0, restart="intact")
         await setup.finish([s])
-    finally:
-        for w in setup.workers:
-            if w.running:
-                w.kill()
     return s
 
 
