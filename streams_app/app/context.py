@@ -94,6 +94,18 @@ class Runtime(Protocol):
         """Send: inside the worker's transaction while processing a record or running a timer,
         else through a plain idempotent producer (tasks, services, pages, commands)."""
 
+    def send_nowait(
+        self,
+        topic: Topic,
+        key: Any,
+        value: Any,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None,
+        partition: int | None,
+        timestamp: float | None,
+    ) -> SendFuture | None:
+        """:meth:`send` when it can complete without awaiting anything (the common case inside
+        a transaction), else None: then the caller awaits :meth:`send`."""
+
     def send_soon(
         self,
         topic: Topic,

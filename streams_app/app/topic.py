@@ -132,14 +132,16 @@ class Topic:
                 f"{self.name}.send() called outside a running worker; to feed a topic from a "
                 "script use `async with app.producer() as producer: await producer.send(...)`"
             )
-        future = await runtime.send(
-            self,
-            key=key,
-            value=value,
-            headers=headers,
-            partition=partition,
-            timestamp=timestamp,
-        )
+        future = runtime.send_nowait(self, key, value, headers, partition, timestamp)
+        if future is None:
+            future = await runtime.send(
+                self,
+                key=key,
+                value=value,
+                headers=headers,
+                partition=partition,
+                timestamp=timestamp,
+            )
         if callback is not None:
             _call_when_done(future, callback)
         return future

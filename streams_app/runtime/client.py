@@ -89,6 +89,9 @@ class ClientRuntime:
         self._pending.append(future)
         return future
 
+    def send_nowait(self, topic: Topic, *_args: Any) -> None:
+        return None  # the plain producer has no synchronous path: await send()
+
     def send_soon(self, topic: Topic, **options: Any) -> None:
         self._pending.append(asyncio.ensure_future(self.send(topic, **options)))
 

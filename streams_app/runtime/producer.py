@@ -250,6 +250,36 @@ class StreamsProducer:
                 await self.client.begin_transaction()
                 self._in_transaction = True
 
+    def send_nowait(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        headers: Sequence[tuple[str, bytes]] | None,
+        timestamp_ms: int | None,
+    ) -> RecordFuture | None:
+        """Append to the open batch without a coroutine; None when :meth:`send` must be
+        awaited instead (no transaction begun yet, the topic's metadata unknown, a large
+        value, or the queue of closed batches full).
+
+        Almost every record of a transaction takes this path. An ``await`` per layer between
+        an agent's ``topic.send`` and the batch costs a coroutine object each; this is the one
+        place that knows when none is needed.
+        """
+        batcher = self._batcher
+        if (
+            batcher is None
+            or (self._eos and not self._in_transaction)
+            or (value is not None and len(value) > self._direct_bytes)
+            or len(self._queue) >= self.MAX_QUEUED_BATCHES
+        ):
+            return None
+        chosen = batcher.choose_partition(topic, key, partition)
+        if chosen is None:
+            return None
+        return self._append(topic, chosen, key, value, headers, timestamp_ms)
+
     async def send(
         self,
         topic: str,

@@ -1236,33 +1236,35 @@ class Worker:
             topic.name, raw_key, raw_value, headers, partition, timestamp, in_processing.get()
         )
 
-    async def _send_raw(
+    def send_nowait(
         self,
-        topic: str,
-        raw_key: bytes | None,
-        raw_value: bytes | None,
+        topic: Topic,
+        key: Any,
+        value: Any,
         headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None,
         partition: int | None,
         timestamp: float | None,
-        transactional: bool,
-    ) -> SendFuture:
-        if headers is None:
-            out: list[tuple[str, bytes]] = []
-        elif isinstance(headers, Mapping):
-            out = [(k, v if isinstance(v, bytes) else str(v).encode()) for k, v in headers.items()]
-        else:
-            out = list(headers)
-        timestamp_ms = None if timestamp is None else round(timestamp * 1000)
-        if not transactional:
-            # Tasks, services, pages, signal receivers: outside any transaction.
-            return await self.plain.send(
-                topic,
-                key=raw_key,
-                value=raw_value,
-                partition=partition,
-                headers=out or None,
-                timestamp_ms=timestamp_ms,
-            )
+    ) -> SendFuture | None:
+        """A send inside the transaction that needs no await (see
+        :meth:`StreamsProducer.send_nowait`); None when the caller must await :meth:`send`.
+        Outside processing it is always None: the plain producer has no such path."""
+        if not in_processing.get():
+            return None
+        raw_key, raw_value = topic.encode(key, value)
+        return self.producer.send_nowait(
+            topic.name,
+            raw_key,
+            raw_value,
+            partition,
+            self._transactional_headers(headers),
+            None if timestamp is None else round(timestamp * 1000),
+        )
+
+    def _transactional_headers(
+        self, headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None
+    ) -> list[tuple[str, bytes]] | None:
+        """The caller's headers plus lineage and transaction headers (when configured)."""
+        out = _header_list(headers)
         if self.conf.lineage_headers:
             event = current_event.get()
             if event is not None and event.offset >= 0:
@@ -1278,12 +1280,35 @@ class Worker:
             group = self._committer.group if self._committer is not None else None
             out.append((H_TXN_ID, (self.producer.transactional_id or "").encode()))
             out.append((H_GENERATION, b"%d" % (group.generation_id if group else -1)))
+        return out or None
+
+    async def _send_raw(
+        self,
+        topic: str,
+        raw_key: bytes | None,
+        raw_value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None,
+        partition: int | None,
+        timestamp: float | None,
+        transactional: bool,
+    ) -> SendFuture:
+        timestamp_ms = None if timestamp is None else round(timestamp * 1000)
+        if not transactional:
+            # Tasks, services, pages, signal receivers: outside any transaction.
+            return await self.plain.send(
+                topic,
+                key=raw_key,
+                value=raw_value,
+                partition=partition,
+                headers=_header_list(headers) or None,
+                timestamp_ms=timestamp_ms,
+            )
         return await self.producer.send(
             topic,
             key=raw_key,
             value=raw_value,
             partition=partition,
-            headers=out or None,
+            headers=self._transactional_headers(headers),
             timestamp_ms=timestamp_ms,
         )
 
@@ -1595,3 +1620,14 @@ class _RebalanceListener:
             task.offsets[tp] = offset
             task.restore_times({tp: metadata})  # stream time resumes where it committed
             consumer.seek(tp, offset)
+
+
+def _header_list(
+    headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None,
+) -> list[tuple[str, bytes]]:
+    """Headers as the producer takes them: a list of (name, bytes) pairs."""
+    if headers is None:
+        return []
+    if isinstance(headers, Mapping):
+        return [(k, v if isinstance(v, bytes) else str(v).encode()) for k, v in headers.items()]
+    return list(headers)
