@@ -122,6 +122,9 @@ class Settings:
     #: generation its offsets commit under) to every record sent while processing, so an audit
     #: (the chaos verifier) can prove no fenced zombie got anything committed. Off by default.
     transaction_headers: bool = False
+    #: Allocations between collections of the garbage collector's young generation while the
+    #: worker runs (Python's own: 700); 0 leaves the collector alone. See runtime/collector.py.
+    gc_young_threshold: int = 10_000
     restore_timeout: float = 300.0
     # State memory (docs/memory.md): one budget per worker, whatever the partitions it owns.
     #: Bytes of decoded committed table values cached in Python, shared by all tables and
@@ -485,6 +488,7 @@ class Settings:
         _count(self, "table_standby_replicas", 0, "e.g. 1 (0: no standbys)", 32)
         _count(self, "acceptable_recovery_lag", 0, "e.g. 10000 (changelog records)", 2**63 - 1)
         _count(self, "max_warmup_replicas", 1, "e.g. 2", 1_000_000)
+        _count(self, "gc_young_threshold", 0, "e.g. 10000 (0: Python's own, 700)", 10_000_000)
         if self.producer_max_batch_size > self.max_request_size:
             raise ConfigError(
                 "producer_max_batch_size",

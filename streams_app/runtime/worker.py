@@ -37,6 +37,7 @@ from streams_app.runtime.actor import AgentRunner
 from streams_app.runtime.assignor import StreamsAssignor
 from streams_app.runtime.broker_limits import check_broker_limits, check_topic_limits
 from streams_app.runtime.clock import Clock, SystemClock
+from streams_app.runtime.collector import young_generation
 from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN
 from streams_app.runtime.dead_letters import DeadLetter, DeadLetters
 from streams_app.runtime.errors_policy import Decision, ErrorPolicy, Failure, is_bad_record
@@ -274,17 +275,18 @@ class Worker:
         """Start, process until :meth:`request_stop`, then stop cleanly."""
         token = current_runtime.set(self)
         try:
-            await self.start()
-            await self._loop()
-        except BaseException as exc:
-            self.error = exc
-            raise
+            with young_generation(self.conf.gc_young_threshold):
+                try:
+                    await self.start()
+                    await self._loop()
+                except BaseException as exc:
+                    self.error = exc
+                    raise
+                finally:
+                    await self._shutdown()
         finally:
-            try:
-                await self._shutdown()
-            finally:
-                current_runtime.reset(token)
-                self.stopped.set()
+            current_runtime.reset(token)
+            self.stopped.set()
 
     @property
     def web_url(self) -> str | None:

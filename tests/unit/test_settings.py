@@ -67,6 +67,7 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "dead_letter_topic": ["", "__consumer_offsets", "__{topic}", "bad name", "a/b", None],
     "lineage_headers": ["no", "false", 0, None],
     "transaction_headers": ["yes", 1, None],
+    "gc_young_threshold": [-1, 2.5, "10000", None, True, 20_000_000],
     "restore_timeout": [0, -1, NAN, 5, "300"],
     "producer_linger_ms": [-1, 2.5, "5", None],
     "producer_max_batch_size": [0, -1, "big", 2_000_000],
