@@ -7,8 +7,8 @@ find next to nothing. On the 200,000-record exactly-once count of ``make bench``
 about 5% of the worker's CPU (0.126 s of 2.67 s, 433 collections). At a threshold of 10,000 the
 young generation is collected 14 times less often and the worker runs ~6% less CPU per record
 (BENCHMARKS.md). What it costs: cyclic garbage (exceptions with their tracebacks, mostly) lives
-until 10,000 allocations instead of 700, a few megabytes at most; the RSS figures of the state
-benchmark did not move (docs/memory.md).
+until 10,000 allocations instead of 700, a few megabytes at most; in the state benchmark the
+RSS stayed within one run's own spread (docs/memory.md).
 
 The older generations keep Python's thresholds: they count collections of the younger one, so
 they too run 14 times less often, and a full collection (which walks every tracked object, a
