@@ -1,6 +1,6 @@
 """A consumer that reads committed offsets with ``require_stable`` and exposes its membership.
 
-Two things aiokafka 0.14.0 lacks for exactly-once v2:
+Three things aiokafka 0.14.0 lacks or gets wrong for exactly-once v2:
 
 - Committed offsets are fetched with OffsetFetch v1-v3, which answer the last *committed* value
   even while a transaction holding newer offsets for the partition is still open. A new owner
@@ -10,6 +10,10 @@ Two things aiokafka 0.14.0 lacks for exactly-once v2:
   broker's UNSTABLE_OFFSET_COMMIT (88) is retried until the transaction completes.
 - There is no public way to read the group membership a transaction must carry (KIP-447);
   :meth:`StableConsumer.group_metadata` reads the coordinator's private attributes.
+- With more than one assignor (the runtime offers ``streams_app`` then ``range``) it sends one
+  JoinGroup *per assignor* at every join, each offering one protocol more than the last, and
+  keeps only the last answer: see :class:`_SingleJoinRebalance`. Here a join is one JoinGroup
+  offering every protocol.
 """
 
 from __future__ import annotations
@@ -22,8 +26,14 @@ from typing import Any, NoReturn
 import aiokafka.errors as aerrors
 from aiokafka import AIOKafkaConsumer
 from aiokafka.consumer.fetcher import Fetcher
-from aiokafka.consumer.group_coordinator import GroupCoordinator, NoGroupCoordinator
+from aiokafka.consumer.group_coordinator import (
+    CoordinatorGroupRebalance,
+    GroupCoordinator,
+    NoGroupCoordinator,
+)
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.protocol import ConsumerProtocol
+from aiokafka.protocol.group import JoinGroupRequest
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from aiokafka.util import get_running_loop
 
@@ -73,7 +83,128 @@ def parse_stable_offsets(
     return offsets
 
 
+class _SingleJoinRebalance(CoordinatorGroupRebalance):  # type: ignore[misc]
+    """A join that sends one JoinGroup (two with KIP-394's member-id round) offering every
+    protocol, in preference order.
+
+    aiokafka 0.14.0's ``perform_group_join`` sends its JoinGroup inside the loop over the
+    assignors (aio-libs/aiokafka PR #1168, open): with ``streams_app`` and ``range`` a member
+    joins twice, first offering ``streams_app`` alone, then both, and keeps the second answer.
+    Each JoinGroup completes a round of its own (two generations per rebalance), and since a
+    member's two JoinGroups carry different protocol metadata, the broker starts a new round
+    whenever the second one finds the group past its join phase (CompletingRebalance or
+    Stable with changed metadata). Once one member's first JoinGroup shares a round with
+    another's second (a member joining between someone's two requests is enough), the group
+    never settles: in every round the members that sent their second JoinGroup go on to
+    SyncGroup while the others send theirs, which restarts the round; the SyncGroups fail with
+    REBALANCE_IN_PROGRESS, those members begin again with their first JoinGroup, and the group
+    alternates generations every few hundred milliseconds (observed for minutes under load).
+    The range assignor alone was immune: one assignor, one JoinGroup.
+
+    The answer is handled as aiokafka handles it (same errors, same log lines).
+    """
+
+    async def perform_group_join(self) -> tuple[str, bytes] | None:
+        coordinator = self._coordinator
+        log.info("(Re-)joining group %s", self.group_id)
+        topics = self._subscription.topics
+        protocols: list[tuple[str, bytes]] = []
+        for assignor in self._assignors:
+            metadata = assignor.metadata(topics)
+            protocols.append(
+                (assignor.name, metadata if isinstance(metadata, bytes) else metadata.encode())
+            )
+        while True:
+            request = JoinGroupRequest(
+                self.group_id,
+                self._session_timeout_ms,
+                self._rebalance_timeout_ms,
+                coordinator.member_id,
+                coordinator._group_instance_id,
+                ConsumerProtocol.PROTOCOL_TYPE,
+                protocols,
+            )
+            try:
+                response = await coordinator._send_req(request)
+            except aerrors.KafkaError:
+                return None  # connection lost: the coordinator lookup backs off
+            if not self._subscription.active:
+                return None  # the subscription changed meanwhile: join again for the new one
+            error_type = aerrors.for_code(response.error_code)
+            if error_type is not aerrors.MemberIdRequired:
+                break
+            coordinator.member_id = response.member_id  # KIP-394: again, with the id given
+        return await self._joined(response, error_type)
+
+    async def _joined(
+        self, response: Any, error_type: type[aerrors.KafkaError]
+    ) -> tuple[str, bytes] | None:
+        coordinator = self._coordinator
+        if error_type is aerrors.NoError:
+            coordinator.member_id = response.member_id
+            coordinator.generation = response.generation_id
+            log.info(
+                "Joined group '%s' (generation %s) with member_id %s",
+                self.group_id,
+                response.generation_id,
+                response.member_id,
+            )
+            if response.leader_id == response.member_id:
+                log.info(
+                    "Elected group leader -- performing partition assignments using %s",
+                    response.group_protocol,
+                )
+                assignment = await self._on_join_leader(response)
+            else:
+                assignment = await self._on_join_follower()
+            return None if assignment is None else (response.group_protocol, assignment)
+        if error_type is aerrors.GroupLoadInProgressError:
+            await asyncio.sleep(self._retry_backoff_ms / 1000)
+        elif error_type is aerrors.UnknownMemberIdError:
+            coordinator.reset_generation()
+        elif error_type in (
+            aerrors.GroupCoordinatorNotAvailableError,
+            aerrors.NotCoordinatorForGroupError,
+        ):
+            coordinator.coordinator_dead()
+        elif error_type in (
+            aerrors.InconsistentGroupProtocolError,
+            aerrors.InvalidSessionTimeoutError,
+            aerrors.InvalidGroupIdError,
+        ):
+            log.error("Attempt to join group failed due to fatal error: %s", error_type())
+            raise error_type()
+        elif error_type is aerrors.GroupAuthorizationFailedError:
+            raise error_type(self.group_id)
+        else:
+            error = error_type()
+            log.error("Unexpected error in join group '%s' response: %s", self.group_id, error)
+            raise aerrors.KafkaError(repr(error))
+        return None
+
+
 class _StableGroupCoordinator(GroupCoordinator):  # type: ignore[misc]
+    async def _do_rejoin_group(self, subscription: Any) -> bool:
+        """aiokafka's rejoin, with one JoinGroup per join (:class:`_SingleJoinRebalance`)."""
+        rebalance = _SingleJoinRebalance(
+            self,
+            self.group_id,
+            self.coordinator_id,
+            subscription,
+            self._assignors,
+            self._session_timeout_ms,
+            self._retry_backoff_ms,
+        )
+        joined = await rebalance.perform_group_join()
+        if not subscription.active:
+            return False  # subscribed to other topics meanwhile: the routine joins again
+        if joined is None:
+            await asyncio.sleep(self._retry_backoff_ms / 1000)
+            return False
+        protocol, assignment = joined
+        await self._on_join_complete(self.generation, self.member_id, protocol, assignment)
+        return True
+
     async def _on_join_complete(
         self, generation: int, member_id: str, protocol: str, member_assignment_bytes: bytes
     ) -> None:

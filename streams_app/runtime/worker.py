@@ -364,30 +364,29 @@ class Worker:
             self.metrics, conf.progress_interval, stream=interactive_stream(log)
         )
         self._tasks.local_offsets()  # opens local state now, not inside a group join
-        # The KIP-441 assignor (standbys, warm-ups, probing) runs only when standbys are asked
-        # for: with it, groups of several members were seen rebalancing in alternating
-        # generations for tens of seconds (an open defect), so the default stays on the range
-        # assignor, which the chaos suite has long proven.
-        assignor: StreamsAssignor | None = None
-        if conf.table_standby_replicas > 0:
-            assignor = StreamsAssignor(
-                self.plan,
-                process_id=self.directory.process_id,
-                transactional_id=(
-                    guarantees.transactional_id(conf, self.directory.process_id)
-                    if conf.exactly_once
-                    else None
-                ),
-                local_offsets=self._tasks.local_offsets,
-                end_offsets=admin.end_offsets,
-                placement=PlacementConfig(
-                    standby_replicas=conf.table_standby_replicas,
-                    acceptable_recovery_lag=conf.acceptable_recovery_lag,
-                    max_warmup_replicas=conf.max_warmup_replicas,
-                ),
-                probing_interval=conf.probing_rebalance_interval,
-            )
-            self.replicas = Replicas(conf, self.transport, admin, self._tasks, assignor)
+        # The group's own assignor (runtime/assignor.py) runs whatever table_standby_replicas
+        # is: with 0 it places no standbys, but its sticky, lag-aware placement (warm-ups
+        # included) and the fencing of departed members' transactional ids serve every
+        # failover: a new owner does not wait out a dead worker's transaction timeout. Range
+        # is offered second, for a group that still has members of an older version.
+        assignor = StreamsAssignor(
+            self.plan,
+            process_id=self.directory.process_id,
+            transactional_id=(
+                guarantees.transactional_id(conf, self.directory.process_id)
+                if conf.exactly_once
+                else None
+            ),
+            local_offsets=self._tasks.local_offsets,
+            end_offsets=admin.end_offsets,
+            placement=PlacementConfig(
+                standby_replicas=conf.table_standby_replicas,
+                acceptable_recovery_lag=conf.acceptable_recovery_lag,
+                max_warmup_replicas=conf.max_warmup_replicas,
+            ),
+            probing_interval=conf.probing_rebalance_interval,
+        )
+        self.replicas = Replicas(conf, self.transport, admin, self._tasks, assignor)
         if self.stores:
             log_state_memory(conf, self.plan, options)
 
