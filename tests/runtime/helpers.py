@@ -10,6 +10,7 @@ from typing import Any
 
 from streams_app import App
 from streams_app.runtime.worker import Worker
+from streams_app.testing.workers import WorkerProcess
 
 
 @contextlib.asynccontextmanager
@@ -118,3 +119,18 @@ class KafkaObserver:
         ends = await self.consumer.end_offsets(tps)
         committed = await self.admin.list_consumer_group_offsets(group, partitions=tps)
         return all(tp in committed and committed[tp].offset == ends[tp] for tp in tps)
+
+
+def keyed_sum_workers(tmp_path: Path, env: dict[str, str], *names: str) -> list[WorkerProcess]:
+    """Worker processes of ``tests.runtime.apps.keyed_sum``, each with its own state
+    directory and log under ``tmp_path`` (not started)."""
+    return [
+        WorkerProcess(
+            "tests.runtime.apps.keyed_sum",
+            state_dir=tmp_path / name,
+            log_path=tmp_path / f"{name}.log",
+            env=env,
+            name=name,
+        )
+        for name in names
+    ]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from streams_app.kafka.ops_admin import OpsAdmin
 from streams_app.testing.workers import WorkerProcess
-from tests.runtime.helpers import KafkaObserver, produce_keyed, wait_until
+from tests.runtime.helpers import KafkaObserver, keyed_sum_workers, produce_keyed, wait_until
 from tests.runtime.test_crash import worker_env
 
 _JOINED = re.compile(r"Joined group '[^']+' \(generation (\d+)\) with member_id (\S+)")
@@ -53,16 +53,7 @@ async def test_a_group_with_standbys_rebalances_once_per_join_and_then_keeps_its
     env["STREAMS_APP_TABLE_STANDBY_REPLICAS"] = "1"
     # Nobody fails here: a worker held up on a loaded machine must not look dead to the group.
     env["STREAMS_APP_SESSION_TIMEOUT"] = "10"
-    workers = [
-        WorkerProcess(
-            "tests.runtime.apps.keyed_sum",
-            state_dir=tmp_path / name,
-            log_path=tmp_path / f"{name}.log",
-            env=env,
-            name=name,
-        )
-        for name in ("w0", "w1", "w2")
-    ]
+    workers = keyed_sum_workers(tmp_path, env, "w0", "w1", "w2")
     group, source = f"ks-{unique}", f"ks-in-{unique}"
     observer = KafkaObserver(bootstrap_servers)
     await observer.__aenter__()

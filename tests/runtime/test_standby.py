@@ -18,7 +18,7 @@ import pytest
 
 from streams_app.testing.workers import WorkerProcess
 from tests.runtime.eos_checks import check_keyed_sum
-from tests.runtime.helpers import KafkaObserver, produce_keyed, wait_until
+from tests.runtime.helpers import KafkaObserver, keyed_sum_workers, produce_keyed, wait_until
 from tests.runtime.test_crash import worker_env
 
 BEFORE = 6_000  # the table the standbys copy before the crash
@@ -44,16 +44,7 @@ async def test_failover_to_a_standby_restores_only_the_tail_and_stays_exactly_on
 ) -> None:
     env = worker_env(bootstrap_servers, unique, "exactly_once_v2")
     env["STREAMS_APP_TABLE_STANDBY_REPLICAS"] = "1"
-    workers = [
-        WorkerProcess(
-            "tests.runtime.apps.keyed_sum",
-            state_dir=tmp_path / name,
-            log_path=tmp_path / f"{name}.log",
-            env=env,
-            name=name,
-        )
-        for name in ("w0", "w1")
-    ]
+    workers = keyed_sum_workers(tmp_path, env, "w0", "w1")
     victim, survivor = workers
     observer = KafkaObserver(bootstrap_servers)
     await observer.__aenter__()
@@ -144,16 +135,7 @@ async def test_a_worker_behind_warms_up_first_and_takes_tasks_only_once_caught_u
             "STREAMS_APP_PROBING_REBALANCE_INTERVAL": "2",
         }
     )
-    owner, newcomer = (
-        WorkerProcess(
-            "tests.runtime.apps.keyed_sum",
-            state_dir=tmp_path / name,
-            log_path=tmp_path / f"{name}.log",
-            env=env,
-            name=name,
-        )
-        for name in ("owner", "newcomer")
-    )
+    owner, newcomer = keyed_sum_workers(tmp_path, env, "owner", "newcomer")
     observer = KafkaObserver(bootstrap_servers)
     await observer.__aenter__()
     group, source = f"ks-{unique}", f"ks-in-{unique}"
