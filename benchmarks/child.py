@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -97,18 +98,44 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
     commit_time = [0.0]
     seen_version: list[int | None] = [None]
     commit = Committer.commit
+    #: (start, seconds) of every commit that committed something: the latency mode's breakdown.
+    commits: list[tuple[float, float]] = []
+    #: Per commit, seconds by phase (filled by ``clocked`` below); kept for the slowest ones.
+    this_commit: dict[str, float] = {}
+    commit_phases: list[tuple[float, dict[str, float]]] = []
 
     async def timed(self: Committer) -> bool:
         if seen_version[0] is None:
             seen_version[0] = _transaction_version(self.producer)
         t0 = time.monotonic()
+        committed = False
+        this_commit.clear()
         try:
-            return await commit(self)
+            committed = await commit(self)
+            return committed
         finally:
             if first.seen:
-                commit_time[0] += time.monotonic() - t0
+                took = time.monotonic() - t0
+                commit_time[0] += took
+                if committed:
+                    commits.append((t0, took))
+                    commit_phases.append((took, dict(this_commit)))
 
     Committer.commit = timed  # type: ignore[method-assign]
+
+    # The collector's pauses, by generation: a full collection stalls everything, commits too.
+    import gc
+
+    gc_pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+    gc_started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+        elif first.seen:
+            gc_pauses[info["generation"]].append(time.perf_counter() - gc_started[0])
+
+    gc.callbacks.append(on_gc)
 
     # ... and by phase: which of the commit's steps the time goes to (see runtime/commit.py).
     from streams_app.runtime.producer import StreamsProducer
@@ -124,11 +151,29 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
                 return await original(self, *args, **kwargs)
             finally:
                 if first.seen:
-                    phases[label] = phases.get(label, 0.0) + time.monotonic() - t0
+                    spent = time.monotonic() - t0
+                    phases[label] = phases.get(label, 0.0) + spent
+                    this_commit[label] = this_commit.get(label, 0.0) + spent
+
+        setattr(cls, name, wrapper)
+
+    def clocked_sync(cls: Any, name: str, label: str) -> None:
+        original = getattr(cls, name)
+
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            t0 = time.monotonic()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                if first.seen:
+                    spent = time.monotonic() - t0
+                    phases[label] = phases.get(label, 0.0) + spent
+                    this_commit[label] = this_commit.get(label, 0.0) + spent
 
         setattr(cls, name, wrapper)
 
     clocked(Committer, "_send_changelog", "changelog")
+    clocked_sync(Committer, "_apply_state", "state")
     clocked(StreamsProducer, "flush_and_check", "send_gate")
     clocked(StreamsProducer, "commit", "producer_commit")
     from streams_app.transport.kafka import KafkaProducerClient
@@ -159,8 +204,28 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
         "transactions": worker.producer.transactions_committed if worker._producer else None,
         "commit_seconds": round(commit_time[0], 3),
         "commit_phase_seconds": {k: round(v, 3) for k, v in sorted(phases.items())},
+        "commit_ms": _percentiles([took for _, took in commits]),
+        "commit_gap_ms": _percentiles([b[0] - a[0] for a, b in itertools.pairwise(commits)]),
+        "gc_pause_ms": {f"gen{g}": _percentiles(v) for g, v in gc_pauses.items()},
+        # The slowest 2% of commits, by phase (ms): what a latency tail is made of.
+        "slowest_commits_ms": [
+            {"total": round(took * 1000, 1), **{k: round(v * 1000, 1) for k, v in p.items()}}
+            for took, p in sorted(commit_phases, key=lambda c: c[0])[-max(1, len(commits) // 50) :]
+        ],
         "transaction_version": seen_version[0],
     }
+
+
+def _percentiles(seconds: list[float]) -> dict[str, float]:
+    """p50/p90/p99/max in milliseconds (empty when there is nothing to rank)."""
+    if not seconds:
+        return {}
+    ranked = sorted(seconds)
+
+    def at(q: float) -> float:
+        return round(ranked[min(len(ranked) - 1, int(q * len(ranked)))] * 1000, 1)
+
+    return {"n": len(ranked), "p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": at(1.0)}
 
 
 async def _report_memory(worker: Any, every: float) -> None:

@@ -607,42 +607,61 @@ def versions() -> dict[str, str]:
 
 
 async def measure_latencies(
-    args: argparse.Namespace, bootstrap: str, summary: dict[str, Any], workdir: Path
+    args: argparse.Namespace,
+    bootstrap: str,
+    summary: dict[str, Any],
+    workdir: Path,
+    systems: list[System],
 ) -> dict[str, Any]:
     """``--latency``: produce-to-visible latency of streams_app per guarantee, at half of the
-    capacity this run measured (``--latency-rate`` when given or not measured)."""
+    capacity this run measured (``--latency-rate`` when given or not measured); with
+    ``--compare``, the other checkout's workers too, and with ``--latency-repeat`` that many
+    rounds, interleaved so that every variant sees the same machine."""
     from benchmarks import latency
 
     results: dict[str, Any] = {}
     medians = summary["median_records_per_s"]
-    for key in ("eos", "alos"):
-        system = SYSTEMS[key]
-        rate = args.latency_rate or (medians[key] // 2 if key in medians else 10_000)
-        group = latency.new_group(key)
-        command = child_command(
-            system, args, bootstrap=bootstrap, group=group, state_dir=workdir / group
-        )
-        result = await latency.measure(
-            bootstrap=bootstrap,
-            command=command,
-            cwd=system.repo,
-            group=group,
-            input_topic=INPUT_TOPIC,
-            output_topic=system.output_topic,
-            keys=args.keys,
-            rate=int(rate),
-            seconds=args.latency_seconds,
-            log_path=workdir / f"{group}.log",
-        )
-        result["commit_interval_s"] = commit_interval_for(system, args)
-        results[key] = result
-        print(
-            f"  latency {key:<5} at {result['rate_achieved']:,}/s: p50 {result['p50_ms']} ms, "
-            f"p99 {result['p99_ms']} ms, max {result['max_ms']} ms "
-            f"(commit interval {result['commit_interval_s'] * 1000:.0f} ms, "
-            f"{result['missing']} outputs missing)",
-            flush=True,
-        )
+    clients = [c.strip() for c in args.latency_client.split(",") if c.strip()]
+    measured = [s for s in systems if s.key.partition("@")[0] in ("eos", "alos")]
+    for index in range(1, args.latency_repeat + 1):
+        for system in measured:
+            key = system.key.partition("@")[0]
+            rate = args.latency_rate or (medians[key] // 2 if key in medians else 10_000)
+            for client in clients:
+                name = system.key if len(clients) == 1 else f"{system.key} ({client})"
+                if args.latency_repeat > 1:
+                    name += f" #{index}"
+                group = latency.new_group(key)
+                command = child_command(
+                    system, args, bootstrap=bootstrap, group=group, state_dir=workdir / group
+                )
+                result = await latency.measure(
+                    bootstrap=bootstrap,
+                    command=command,
+                    cwd=system.repo,
+                    group=group,
+                    input_topic=INPUT_TOPIC,
+                    output_topic=system.output_topic,
+                    keys=args.keys,
+                    rate=int(rate),
+                    seconds=args.latency_seconds,
+                    log_path=workdir / f"{group}.log",
+                    client=client,
+                    warmup=args.latency_warmup,
+                )
+                result["commit_interval_s"] = commit_interval_for(system, args)
+                results[name] = result
+                commits, gaps = result["worker_commit_ms"], result["worker_commit_gap_ms"]
+                print(
+                    f"  latency {name:<5} at {result['rate_achieved']:,}/s: p50 "
+                    f"{result['p50_ms']} ms, p99 {result['p99_ms']} ms, max {result['max_ms']} ms "
+                    f"(commit interval {result['commit_interval_s'] * 1000:.0f} ms, "
+                    f"{result['missing']} outputs missing); the worker's commits took "
+                    f"p50 {commits.get('p50')} / p99 {commits.get('p99')} ms, began "
+                    f"p50 {gaps.get('p50')} / p99 {gaps.get('p99')} ms apart; p99 by second "
+                    f"{result['p99_ms_by_second']}",
+                    flush=True,
+                )
     return results
 
 
@@ -774,7 +793,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         latency: dict[str, Any] = {}
         if args.latency:
             try:
-                latency = await measure_latencies(args, bootstrap, summary, workdir)
+                latency = await measure_latencies(args, bootstrap, summary, workdir, systems)
             except Exception as exc:  # never lose the throughput rounds to it
                 print(f"  latency FAILED: {exc!r}", flush=True)
                 latency = {"error": repr(exc)[:2000]}
@@ -871,6 +890,21 @@ def main(argv: list[str] | None = None) -> int:
         help="then measure streams_app's produce-to-visible latency per guarantee",
     )
     parser.add_argument("--latency-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--latency-warmup",
+        type=float,
+        default=5.0,
+        help="seconds fed before the measured --latency-seconds (reported per second only)",
+    )
+    parser.add_argument(
+        "--latency-repeat", type=int, default=1, help="latency rounds per variant, interleaved"
+    )
+    parser.add_argument(
+        "--latency-client",
+        default="confluent",
+        help="the latency mode's generator and reader: confluent (librdkafka, off the event "
+        "loop), aiokafka (the earlier harness), or both, comma-separated",
+    )
     parser.add_argument(
         "--latency-rate",
         type=int,

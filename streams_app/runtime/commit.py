@@ -117,6 +117,16 @@ class Committer:
         self._over_budget = self.uncommitted.exceeded(self.tasks.transactions())
         return self._over_budget
 
+    def time_left(self, interval: float) -> float | None:
+        """Seconds until the interval is up (<= 0: due now), or None when there is nothing to
+        commit yet (no record processed since the last commit): the worker paces its polls by
+        it (:mod:`streams_app.runtime.pacing`)."""
+        if self.requested:
+            return 0.0
+        if not self.records_since_commit:
+            return None
+        return self.last_commit + interval - self.clock.monotonic()
+
     async def commit(self) -> bool:
         """Commit all progress of all tasks; return whether anything was committed."""
         tasks = [t for t in self.tasks.running() if t.has_uncommitted]

@@ -45,6 +45,7 @@ from streams_app.runtime.global_tables import GlobalTables
 from streams_app.runtime.lag import running_lag
 from streams_app.runtime.measured_commit import MeasuredCommitter
 from streams_app.runtime.metrics import WorkerMetrics
+from streams_app.runtime.pacing import FetchPacer
 from streams_app.runtime.partition_group import PartitionGroup
 from streams_app.runtime.placement import PlacementConfig
 from streams_app.runtime.plain_producer import PlainProducer
@@ -177,6 +178,8 @@ class Worker:
         self.records_processed = 0
         #: Records handed to the agents since the last time they were all done.
         self._fed = 0
+        #: Sizes each poll to the commit deadline (replaced in ``_loop``, which knows the poll).
+        self._pacer = FetchPacer(conf.max_poll_records, 100)
         self.error: BaseException | None = None
         #: The state memory budget: the read cache shared by every table and partition, and the
         #: uncommitted-writes budget. Their counters are the worker's state metrics.
@@ -513,18 +516,25 @@ class Worker:
         conf = self.conf
         interval = conf.effective_commit_interval
         stop = self._stop_requested
-        poll_ms = max(5, min(100, int(interval * 1000)))
+        pacer = self._pacer = FetchPacer(
+            conf.max_poll_records, max(5, min(100, int(interval * 1000)))
+        )
         while not stop.is_set():
             if self.backing_off:
                 await self._resume_backed_off()
             if self.tasks.restoring():
                 await self._restore()
                 continue
+            # Aimed at the commit deadline: a due commit is not held back by a long poll or a
+            # big batch (runtime.pacing).
+            timeout_ms, max_records = pacer.next_poll(
+                self.committer.time_left(interval), draining=self._draining
+            )
             waiting = self._buffered_wait()
             try:
                 batch = await self.consumer.getmany(
-                    timeout_ms=poll_ms if waiting is None else min(poll_ms, waiting),
-                    max_records=conf.max_poll_records,
+                    timeout_ms=timeout_ms if waiting is None else min(timeout_ms, waiting),
+                    max_records=max_records,
                 )
             except GroupProtocolMismatchError as exc:
                 await self._wait_for_foreign_members(exc)
@@ -714,6 +724,7 @@ class Worker:
 
     async def _process(self, batch: Mapping[TopicPartition, Sequence[RecordLike]]) -> None:
         started = time.perf_counter()
+        processed_before = self.records_processed
         by_tp = self.tasks.by_tp
         self._fed = 0  # what an earlier, failed batch fed does not count
         retried = self._retried_partitions()
@@ -758,7 +769,9 @@ class Worker:
                 failure = Failure.of(exc.what, exc.error, None, replayed=True)
                 raise AgentFailed([failure]) from exc
         await self._sync_positions(batch)
-        self.metrics.batch_seconds.observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.metrics.batch_seconds.observe(took)
+        self._pacer.observe(self.records_processed - processed_before, took)
 
     def _retried_partitions(self) -> set[TopicPartition]:
         attempts = self.policy.attempts

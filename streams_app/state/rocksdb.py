@@ -33,14 +33,23 @@ WAL; rocksdict holds the GIL meanwhile, so nothing else of the worker runs). A t
 a modest rate never fills its 16 MiB memtable, so its whole history since the last flush sits
 in the WAL: a restart on the intact state directory then spent most of a second here. So a
 partition with writes older than ``flush_interval`` seconds asks RocksDB for a *background*
-flush at its next write (``flush(wait=False)``: no wait on the worker's path), which bounds the
-replay to about ``flush_interval`` seconds of writes (measured: 8 partitions of 125,000 keys
-opened in 0.16 s after a SIGKILL, against 0.55-0.85 s without it). It changes nothing about
+flush at its next write, which bounds the replay to about ``flush_interval`` seconds of writes
+(measured: 8 partitions of 125,000 keys opened in 0.16 s after a SIGKILL, against 0.55-0.85 s
+without it). It changes nothing about
 what is stored: the WAL stays on and keeps every write until *both* families have flushed past
 it, so recovery brings both to the same last complete batch; and with several column families
 RocksDB syncs the closed WAL files before it records a flush (``SyncClosedLogs``), so even
 after a power loss neither family can come back ahead of what the WAL still holds for the
 other (the offset never claims data the store lost).
+
+**The flush request leaves the worker's path.** ``flush(wait=False)`` does not wait for the
+flush, but it does switch memtables, open a new WAL file, and wait its turn behind the
+database's flush in progress: 10-16 ms a call with eight partitions written every 100 ms. All
+of a worker's partitions start their interval at the same commit, so they all came due in the
+same later commit, whose store step then took 90-115 ms: the tail of the exactly-once latency
+(BENCHMARKS.md). The request now goes to one thread per options instance (rocksdict releases
+the GIL while RocksDB works), which serves the partitions one after another; ``write`` only
+hands it over, and ``close`` waits for its partition's request before closing the database.
 
 **Handles.** An open partition holds RocksDB's ``LOCK`` file. rocksdict only releases it once
 every object that references the database is gone: :meth:`close` drops the column-family handle
@@ -56,6 +65,7 @@ import struct
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,6 +130,14 @@ class RocksDBOptions:
     flush_interval: float | None = 5.0
     _cache: Cache | None = field(default=None, init=False, repr=False)
     _write_buffers: WriteBufferManager | None = field(default=None, init=False, repr=False)
+    _flusher: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+
+    def flusher(self) -> ThreadPoolExecutor:
+        """The one thread that hands the partitions' background flushes to RocksDB (module doc:
+        "the flush request leaves the worker's path"). Idle, it costs a parked thread."""
+        if self._flusher is None:
+            self._flusher = ThreadPoolExecutor(1, thread_name_prefix="rocksdb-flush")
+        return self._flusher
 
     def _shared(self) -> tuple[Cache, WriteBufferManager]:
         if self._cache is None or self._write_buffers is None:
@@ -197,6 +215,8 @@ class RocksDBStorePartition(StorePartition):
         self._offset: int | None = None
         #: When the oldest write not yet flushed was made (monotonic); None: nothing unflushed.
         self._unflushed_since: float | None = None
+        #: The flush request handed to the flusher thread and not yet done.
+        self._flushing: Future[None] | None = None
         self._open()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -256,9 +276,19 @@ class RocksDBStorePartition(StorePartition):
         return self._db is None
 
     def close(self) -> None:
+        self._wait_flushing()
         db, self._db, self._meta = self._db, None, None
         if db is not None:
             db.close()
+
+    def _wait_flushing(self) -> None:
+        """The flusher thread holds the database while it works: let it finish first."""
+        flushing, self._flushing = self._flushing, None
+        if flushing is not None:
+            try:
+                flushing.result()
+            except Exception as exc:  # a flush is an optimisation: the WAL still has it all
+                log.warning("background flush of %s failed: %s", self.path, exc)
 
     def _remove_dir(self) -> None:
         """Remove the directory atomically: rename it aside first, so that a crash halfway
@@ -327,8 +357,11 @@ class RocksDBStorePartition(StorePartition):
             now = time.monotonic()
             if self._unflushed_since is None:
                 self._unflushed_since = now
-            elif now - self._unflushed_since >= interval:
-                self._flush_in_background(db)
+            elif now - self._unflushed_since >= interval and (
+                self._flushing is None or self._flushing.done()
+            ):
+                self._wait_flushing()  # done: collects a failure to log
+                self._flushing = self._options.flusher().submit(self._flush_in_background, db)
                 self._unflushed_since = None
 
     def _flush_in_background(self, db: Rdict) -> None:
