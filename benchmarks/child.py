@@ -83,11 +83,24 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
 
     first = FirstRecord()
     getmany = KafkaConsumerClient.getmany
+    # The latency mode's breakdown (BENCH_TRACE_LATENCY=1; off in throughput runs): for every
+    # 8th input record, how old it was when fetched (its CreateTime, stamped by the producer,
+    # against this machine's clock) and how long it then waited for its commit to begin.
+    trace = os.environ.get("BENCH_TRACE_LATENCY") == "1"
+    fetch_age: list[float] = []
+    awaiting_commit: list[float] = []
+    until_commit: list[float] = []
 
     async def stamped(self: KafkaConsumerClient, timeout_ms: int, max_records: int | None = None):  # type: ignore[no-untyped-def]
         batch = await getmany(self, timeout_ms, max_records)
         if not first.seen and self._config.group_id is not None and any(batch.values()):
             first()
+        if trace and self._config.group_id is not None:
+            wall, now = time.time() * 1000, time.monotonic()
+            for records in batch.values():
+                for r in records[::8]:
+                    fetch_age.append((wall - r.timestamp) / 1000)
+                    awaiting_commit.append(now)
         return batch
 
     KafkaConsumerClient.getmany = stamped  # type: ignore[method-assign]
@@ -110,6 +123,9 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.monotonic()
         committed = False
         this_commit.clear()
+        if awaiting_commit:
+            until_commit.extend(t0 - fetched for fetched in awaiting_commit)
+            awaiting_commit.clear()
         try:
             committed = await commit(self)
             return committed
@@ -207,6 +223,8 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
         "commit_ms": _percentiles([took for _, took in commits]),
         "commit_gap_ms": _percentiles([b[0] - a[0] for a, b in itertools.pairwise(commits)]),
         "gc_pause_ms": {f"gen{g}": _percentiles(v) for g, v in gc_pauses.items()},
+        "fetch_age_ms": _percentiles(fetch_age),
+        "fetched_to_commit_ms": _percentiles(until_commit),
         # The slowest 2% of commits, by phase (ms): what a latency tail is made of.
         "slowest_commits_ms": [
             {"total": round(took * 1000, 1), **{k: round(v * 1000, 1) for k, v in p.items()}}
