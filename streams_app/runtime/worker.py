@@ -178,8 +178,11 @@ class Worker:
         self.records_processed = 0
         #: Records handed to the agents since the last time they were all done.
         self._fed = 0
-        #: Sizes each poll to the commit deadline (replaced in ``_loop``, which knows the poll).
-        self._pacer = FetchPacer(conf.max_poll_records, 100)
+        #: Sizes each poll to the commit deadline; idle, a poll waits up to one interval
+        #: (5-100 ms).
+        self._pacer = FetchPacer(
+            conf.max_poll_records, max(5, min(100, int(conf.effective_commit_interval * 1000)))
+        )
         self.error: BaseException | None = None
         #: The state memory budget: the read cache shared by every table and partition, and the
         #: uncommitted-writes budget. Their counters are the worker's state metrics.
@@ -516,9 +519,7 @@ class Worker:
         conf = self.conf
         interval = conf.effective_commit_interval
         stop = self._stop_requested
-        pacer = self._pacer = FetchPacer(
-            conf.max_poll_records, max(5, min(100, int(interval * 1000)))
-        )
+        pacer = self._pacer
         while not stop.is_set():
             if self.backing_off:
                 await self._resume_backed_off()
