@@ -110,7 +110,10 @@ class Committer:
         if (
             self.requested
             or self.records_since_commit >= every
-            or self.clock.monotonic() - self.last_commit >= interval
+            # The same sum as time_left's, so the two agree on every float: a clock at
+            # 0.5 after a commit at 0.4 has 0.0 s left, while 0.5 - 0.4 < 0.1 is not yet due,
+            # and the worker would spin on zero-timeout polls that never reach the commit.
+            or self.clock.monotonic() >= self.last_commit + interval
         ):
             return True
         # KIP-892: pending writes over their budget end the transaction early rather than grow.

@@ -76,3 +76,28 @@ def test_committer_time_left() -> None:
     committer.records_since_commit = 0
     committer.requested = True  # Worker.request_commit: due whatever the interval
     assert committer.time_left(0.1) == 0.0
+
+
+def test_due_and_time_left_agree_on_the_deadline() -> None:
+    """A commit at 0.4 with a 0.1 s interval: at 0.5 no time is left (0.4 + 0.1 - 0.5 == 0.0),
+    so the commit must be due too (0.5 - 0.4 < 0.1 in floats). When they disagreed, the worker
+    polled with a zero timeout forever under a virtual clock (the faust_compat rpc test)."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from streams_app.runtime.commit import Committer
+    from streams_app.settings import EXACTLY_ONCE_V2
+
+    clock = _Clock()
+    clock.now = 0.4
+    unused = cast(Any, None)
+    tasks = cast(Any, SimpleNamespace(transactions=lambda: []))
+    committer = Committer(EXACTLY_ONCE_V2, unused, unused, tasks, str, lambda: None, clock)  # type: ignore[arg-type]
+    committer.records_since_commit = 1
+    for start, interval, ticks in ((0.4, 0.1, 1), (0.3, 0.1, 7), (1.6, 0.1, 1), (0.0, 0.05, 3)):
+        committer.last_commit = start
+        for tick in range(1, ticks + 1):
+            clock.now = start + tick * interval / ticks
+            left = committer.time_left(interval)
+            assert left is not None
+            assert (left <= 0) == committer.due(interval, 1_000_000), (start, clock.now)
