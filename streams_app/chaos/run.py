@@ -43,11 +43,12 @@ from streams_app.chaos.systems import (
     WorkerSettings,
 )
 from streams_app.chaos.verifier import Verification, Verifier
+from streams_app.testing.workers import ASSIGNED
 
 log = logging.getLogger(__name__)
 
 #: Log lines that say a worker is up (streams_app: assigned partitions; faust: ready).
-READY = {STREAMS_APP: "assigned ", FAUST: "[^Worker]: Ready"}
+READY = {STREAMS_APP: ASSIGNED, FAUST: "[^Worker]: Ready"}
 
 
 @dataclass

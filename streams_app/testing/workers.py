@@ -19,7 +19,10 @@ from pathlib import Path
 
 #: Lines the worker logs at info level that tests wait for.
 STARTED = "started; inputs"
-ASSIGNED = "assigned "
+#: The worker's own line once its tasks exist ("assigned N partitions (M new tasks), generation
+#: G"); plain "assigned " would also match aiokafka's "Setting newly assigned partitions" and
+#: "Revoking previously assigned partitions", counting a revocation as an assignment.
+ASSIGNED = "new tasks), generation"
 WEB = "web server on http"
 _WEB_URL = re.compile(r"web server on (http://\S+) ")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from streams_app.testing.workers import WorkerProcess
+from streams_app.testing.workers import ASSIGNED, WorkerProcess
 from tests.runtime.eos_checks import check_keyed_sum
 from tests.runtime.helpers import KafkaObserver, produce_keyed, wait_until
 
@@ -127,7 +127,7 @@ async def test_workers_join_and_leave_one_three_one(
             for w in workers:
                 if w.running:
                     w.kill()
-    assert first.log_count("assigned ") >= 3  # 1 -> 2 -> 3 -> 2 -> 1 members, eagerly
+    assert first.log_count(ASSIGNED) >= 3  # 1 -> 2 -> 3 -> 2 -> 1 members, eagerly
     outcome = await check_keyed_sum(bootstrap_servers, unique, exactly_once=True)
     assert outcome.inputs == 10 * 1500
     assert (outcome.duplicates, outcome.missing, outcome.wrong, outcome.extra) == (0, 0, 0, 0), (
