@@ -231,7 +231,7 @@ class _StableGroupCoordinator(GroupCoordinator):  # type: ignore[misc]
         return await super()._perform_assignment(response)
 
     async def _do_fetch_commit_offsets(
-        self, partitions: Collection[TopicPartition]
+        self, partitions: Collection[TopicPartition], *, stable: bool = True
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """aiokafka's committed-offset fetch, as OffsetFetch v7 with ``require_stable``.
 
@@ -241,7 +241,8 @@ class _StableGroupCoordinator(GroupCoordinator):  # type: ignore[misc]
         """
         if not partitions:
             return {}
-        response = await self._send_req(StableOffsetFetchRequest(self.group_id, partitions))
+        request = StableOffsetFetchRequest(self.group_id, partitions, require_stable=stable)
+        response = await self._send_req(request)
         return parse_stable_offsets(response, self.group_id, self.coordinator_dead)
 
 
@@ -374,9 +375,15 @@ class StableConsumer(AIOKafkaConsumer):  # type: ignore[misc]
         return {tp: None if om is None else om.offset for tp, om in found.items()}
 
     async def committed_offsets_and_metadata(
-        self, partitions: Collection[tuple[str, int]], *, timeout: float = 60.0
+        self,
+        partitions: Collection[tuple[str, int]],
+        *,
+        timeout: float = 60.0,
+        stable: bool = True,
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """:meth:`committed_offsets` with the metadata committed alongside each offset."""
+        """:meth:`committed_offsets` with the metadata committed alongside each offset;
+        ``stable=False``: the last committed values at once, even while a transaction holds
+        newer ones pending."""
         if self._group_id is None:
             raise aerrors.IllegalOperation("committed_offsets() needs a group_id")
         if not isinstance(self._coordinator, _StableGroupCoordinator):
@@ -392,7 +399,7 @@ class StableConsumer(AIOKafkaConsumer):  # type: ignore[misc]
             try:
                 async with asyncio.timeout_at(deadline):
                     await coordinator.ensure_coordinator_known()
-                    offsets = await coordinator._do_fetch_commit_offsets(tps)
+                    offsets = await coordinator._do_fetch_commit_offsets(tps, stable=stable)
                 return {tp: offsets.get(tp) for tp in tps}
             except TimeoutError:
                 pass

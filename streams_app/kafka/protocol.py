@@ -261,16 +261,27 @@ class StableOffsetFetchRequest(Request[OffsetFetchRequest_v7]):  # type: ignore[
     The broker answers UNSTABLE_OFFSET_COMMIT (88) for a partition whose offsets are part of a
     still-open transaction instead of the last *committed* value, which a new owner must not
     start from while a zombie's transaction may still commit.
+
+    ``require_stable=False`` asks for the last committed values whatever is pending: the
+    metadata of those names the worker that committed them, whose open transaction a new
+    owner fences before it asks again for stable offsets (:mod:`streams_app.runtime.fencing`).
     """
 
     API_KEY = OFFSET_FETCH_KEY
 
-    def __init__(self, group_id: str, partitions: Collection[TopicPartition]) -> None:
+    def __init__(
+        self,
+        group_id: str,
+        partitions: Collection[TopicPartition],
+        *,
+        require_stable: bool = True,
+    ) -> None:
         if not partitions:
             # v7 takes null for "every partition of the group"; we never want that by accident.
             raise ValueError("StableOffsetFetchRequest needs at least one partition")
         self.group_id = group_id
         self.partitions = partitions
+        self.require_stable = require_stable
 
     def prepare(self, versions: dict[int, tuple[int, int]]) -> OffsetFetchRequest_v7:
         _require_version(
@@ -283,4 +294,4 @@ class StableOffsetFetchRequest(Request[OffsetFetchRequest_v7]):  # type: ignore[
         for tp in sorted(self.partitions):
             by_topic[tp.topic].append(tp.partition)
         topics = [(topic, partitions, _NO_TAGS) for topic, partitions in by_topic.items()]
-        return request_struct_class(self.group_id, topics, True, _NO_TAGS)
+        return request_struct_class(self.group_id, topics, self.require_stable, _NO_TAGS)

@@ -196,10 +196,12 @@ class Committer:
         self, tasks: list[Task], offsets: dict[TopicPartition, int]
     ) -> dict[TopicPartition, str]:
         out: dict[TopicPartition, str] = {}
+        # Our transactional id (None unless exactly-once) goes with every offset it commits.
+        committer = self.producer.transactional_id
         for task in tasks:
             tps = [tp for tp in task.offsets if tp in offsets]
             if tps:
-                out.update(task.offset_metadata(tps))
+                out.update(task.offset_metadata(tps, committer))
         return out
 
     def _apply_state(self, task: Task) -> None:

@@ -28,6 +28,16 @@ rejoin, never a duplicate.
 Kafka Streams does not do this (its new owners wait for the transaction timeout); it is what
 makes failover to a standby complete in about a second of the rebalance instead of waiting out
 ``transaction_timeout``.
+
+**A worker nobody in the group remembers.** The assignor knows departed members only from the
+members of earlier generations. A lone worker that dies and comes back on an *empty* state
+directory has a new process id, and no member ever saw the old one. So every exactly-once
+commit also writes the committing transactional id into each offset's metadata
+(:mod:`streams_app.runtime.stream_time`). Before a new owner reads its stable offsets, it reads
+the last *committed* ones (OffsetFetch without ``require_stable``, which answers at once), and
+fences every id it finds there that is not a member of this generation
+(:func:`fence_last_committers`). It does not help when the dead worker never committed one of
+those partitions before it died. Then its transaction still ends at the broker's timeout.
 """
 
 from __future__ import annotations
@@ -37,7 +47,14 @@ import logging
 import time
 from collections.abc import Collection
 
-from streams_app.transport.base import ProducerConfig, Transport
+from streams_app.runtime.stream_time import decode_metadata
+from streams_app.transport.base import (
+    ConsumerClient,
+    ProducerConfig,
+    TopicPartition,
+    Transport,
+)
+from streams_app.transport.errors import TransportError
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +84,41 @@ async def fence_transactional_ids(
         time.monotonic() - started,
     )
     return fenced
+
+
+async def fence_last_committers(
+    consumer: ConsumerClient,
+    transport: Transport,
+    partitions: Collection[TopicPartition],
+    *,
+    members: Collection[str],
+    client_id: str,
+) -> list[str]:
+    """Fence the transactional ids that last committed ``partitions`` and are not among
+    ``members`` (this generation's, ours included); returns the ids fenced.
+
+    A failed read is logged and skipped, like a failed fence: it costs time, never correctness.
+    """
+    try:
+        found = await consumer.committed_offsets_with_metadata(partitions, stable=False)
+    except TransportError as exc:
+        log.warning("reading who last committed the new partitions failed: %s", exc)
+        return []
+    keep = set(members)
+    committers = {
+        committer
+        for offset in found.values()
+        if offset is not None
+        and (committer := decode_metadata(offset.metadata).committer) is not None
+        and committer not in keep
+    }
+    if not committers:
+        return []
+    log.info(
+        "%s last committed partitions taken over here and are not in the group: fencing them",
+        ", ".join(sorted(committers)),
+    )
+    return await fence_transactional_ids(transport, committers, client_id=client_id)
 
 
 async def _fence(transport: Transport, transactional_id: str, client_id: str) -> tuple[str, bool]:

@@ -9,7 +9,9 @@ before any restore starts), in this order:
 2. **Fencing.** If this worker takes over tasks and members left the group since the last
    generation, their transactional ids are fenced (:mod:`streams_app.runtime.fencing`), so
    their open transactions abort now instead of at ``transaction_timeout``: the restore, the
-   committed offsets (``require_stable``) and downstream readers stop waiting on them.
+   committed offsets (``require_stable``) and downstream readers stop waiting on them. Then,
+   just before the stable offsets are read, whoever last committed the partitions taken over
+   and is no member of this generation is fenced too (:meth:`Replicas.fence_last_committers`).
 3. **Probing.** If the leader placed warm-ups here, a rebalance is requested after
    ``probing_rebalance_interval``: the leader then moves the tasks whose warm-ups caught up.
 """
@@ -22,12 +24,18 @@ from typing import Any
 
 from streams_app.runtime import guarantees
 from streams_app.runtime.assignor import AssignmentInfo, StreamsAssignor
-from streams_app.runtime.fencing import fence_transactional_ids
+from streams_app.runtime.fencing import fence_last_committers, fence_transactional_ids
 from streams_app.runtime.standby import StandbyTask, StandbyUpdater
 from streams_app.runtime.task import TaskId
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.settings import Settings
-from streams_app.transport.base import AdminClient, ConsumerClient, RebalanceRequester, Transport
+from streams_app.transport.base import (
+    AdminClient,
+    ConsumerClient,
+    RebalanceRequester,
+    TopicPartition,
+    Transport,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +98,26 @@ class Replicas:
             loop = asyncio.get_running_loop()
             self._probe = loop.call_later(info.probe_after, self._request_probe, consumer)
         return info
+
+    async def fence_last_committers(
+        self, consumer: ConsumerClient, partitions: list[TopicPartition]
+    ) -> None:
+        """Fence who last committed ``partitions`` (just taken over) if it is not a member of
+        this generation: a predecessor no member knew of (:mod:`streams_app.runtime.fencing`)."""
+        info = self.assignor.last
+        if info is None or not partitions or not self.conf.exactly_once or self._stopped:
+            return  # under range (an older member), who is live is unknown: fence nobody
+        members = {tid for tid in info.members.values() if tid}
+        members.update(info.fence)  # fenced a moment ago, in on_assignment
+        if self.assignor.transactional_id:
+            members.add(self.assignor.transactional_id)
+        self.fenced += await fence_last_committers(
+            consumer,
+            self.transport,
+            partitions,
+            members=members,
+            client_id=f"{self.conf.id}-fencer",
+        )
 
     def forget_active(self) -> None:
         """Our tasks were taken from us (fenced): claim none of them at the next join."""

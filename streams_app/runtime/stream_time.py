@@ -21,7 +21,10 @@ such as a windowed aggregation's last emit time). Why there and not in a changel
   deployments (issue 11) may read.
 
 The string is ``sa1:`` followed by compact JSON, ``{"p": partition time, "w": {table: observed
-time}}``; metadata in any other format (Faust's empty string, Kafka Streams' base64) reads as
+time}, "x": transactional id}``; ``x``, under exactly-once, names the worker whose transaction
+committed it, so that a new owner that has never heard of that worker (a restart on an empty
+state directory) can still fence its open transaction (:mod:`streams_app.runtime.fencing`).
+Metadata in any other format (Faust's empty string, Kafka Streams' base64) reads as
 "unknown" (-1), like a partition never processed.
 
 **Stages.** A task here holds every input partition with its partition number, so the records of
@@ -52,12 +55,18 @@ class PartitionMetadata:
     partition_time: int = UNKNOWN
     #: Windowed table name -> its observed stream time in this task.
     tables: dict[str, int] = field(default_factory=dict)
+    #: The transactional id that committed it (exactly-once only).
+    committer: str | None = None
 
 
-def encode_metadata(partition_time: int, tables: Mapping[str, int]) -> str:
+def encode_metadata(
+    partition_time: int, tables: Mapping[str, int], committer: str | None = None
+) -> str:
     payload: dict[str, object] = {"p": partition_time}
     if tables:
         payload["w"] = dict(tables)
+    if committer:
+        payload["x"] = committer
     return _PREFIX + json.dumps(payload, separators=(",", ":"), sort_keys=True)
 
 
@@ -69,10 +78,13 @@ def decode_metadata(text: str | None) -> PartitionMetadata:
         payload = json.loads(text[len(_PREFIX) :])
         partition_time = int(payload.get("p", UNKNOWN))
         tables = {str(k): int(v) for k, v in dict(payload.get("w", {})).items()}
+        committer = payload.get("x")
     except (ValueError, TypeError, AttributeError):
         log.warning("unreadable stream-time metadata in a committed offset: ignoring it")
         return PartitionMetadata()
-    return PartitionMetadata(partition_time, tables)
+    return PartitionMetadata(
+        partition_time, tables, committer if isinstance(committer, str) and committer else None
+    )
 
 
 def topic_stages(inputs: list[str], repartition_sources: Mapping[str, str]) -> dict[str, int]:

@@ -150,10 +150,12 @@ class Task:
             times[name] = state.observed
         return times
 
-    def offset_metadata(self, tps: list[TopicPartition]) -> dict[TopicPartition, str]:
+    def offset_metadata(
+        self, tps: list[TopicPartition], committer: str | None = None
+    ) -> dict[TopicPartition, str]:
         tables = self.table_times()
         times = self.partition_times
-        return {tp: encode_metadata(times.get(tp, UNKNOWN), tables) for tp in tps}
+        return {tp: encode_metadata(times.get(tp, UNKNOWN), tables, committer) for tp in tps}
 
     def group_for(self, tp: TopicPartition) -> PartitionGroup | None:
         """The PartitionGroup ordering ``tp`` with its stage's other partitions (None when it is

@@ -1614,6 +1614,10 @@ class _RebalanceListener:
         worker = self.worker
         consumer = worker.consumer
         consumer.pause(tps)  # until the tables are restored
+        if worker.replicas is not None:
+            # A predecessor no member knew of would hold these offsets and the changelogs'
+            # tails until its transaction timed out (runtime/fencing.py).
+            await worker.replicas.fence_last_committers(consumer, tps)
         found = await consumer.committed_offsets_with_metadata(tps)
         missing = [tp for tp, committed in found.items() if committed is None]
         starts: dict[TopicPartition, int] = {}

@@ -357,12 +357,12 @@ class HarnessConsumer:
         return {names.local_tp(tp): offset for tp, offset in found.items()}
 
     async def committed_offsets_with_metadata(
-        self, partitions: Collection[TopicPartition]
+        self, partitions: Collection[TopicPartition], *, stable: bool = True
     ) -> dict[TopicPartition, CommittedOffset | None]:
         await self.switch.check("committed_offsets")
         names = self.names
         found = await self.inner.committed_offsets_with_metadata(
-            [names.tp(tp) for tp in partitions]
+            [names.tp(tp) for tp in partitions], stable=stable
         )
         await self.switch.check("after_committed_offsets")
         return {names.local_tp(tp): offset for tp, offset in found.items()}

@@ -237,9 +237,13 @@ class ConsumerClient(Protocol):
         ...
 
     async def committed_offsets_with_metadata(
-        self, partitions: Collection[TopicPartition]
+        self, partitions: Collection[TopicPartition], *, stable: bool = True
     ) -> dict[TopicPartition, CommittedOffset | None]:
-        """:meth:`committed_offsets` with each offset's metadata string (same stability rules)."""
+        """:meth:`committed_offsets` with each offset's metadata string (same stability rules).
+
+        ``stable=False`` answers at once with the last *committed* values, even for partitions
+        whose newer offsets an open transaction holds: never a place to start from, but their
+        metadata names the worker that committed them (:mod:`streams_app.runtime.fencing`)."""
         ...
 
     async def commit(

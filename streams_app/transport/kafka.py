@@ -501,11 +501,11 @@ class KafkaConsumerClient:
         return {_ours(tp): offset for tp, offset in found.items()}
 
     async def committed_offsets_with_metadata(
-        self, partitions: Collection[TopicPartition]
+        self, partitions: Collection[TopicPartition], *, stable: bool = True
     ) -> dict[TopicPartition, CommittedOffset | None]:
         try:
             found = await self._c.committed_offsets_and_metadata(
-                partitions, timeout=COMMITTED_OFFSETS_TIMEOUT_S
+                partitions, timeout=COMMITTED_OFFSETS_TIMEOUT_S, stable=stable
             )
         except (aerrors.KafkaError, aerrors.IllegalOperation) as exc:
             raise TransportError(f"reading committed offsets failed: {exc}") from exc

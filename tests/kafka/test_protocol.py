@@ -137,6 +137,9 @@ def test_offset_fetch_v7_request_sets_require_stable() -> None:
     )
     assert struct_.encode() == expected
     assert OffsetFetchRequest_v7.decode(expected).require_stable is True
+    # The last committed values at once (who committed them: runtime.fencing).
+    latest = StableOffsetFetchRequest("g", [TopicPartition("x", 0)], require_stable=False)
+    assert latest.prepare(BROKER_VERSIONS).require_stable is False
 
 
 def offset_fetch_response(*partitions: tuple[int, int, int], top_error: int = 0) -> bytes:

@@ -111,6 +111,12 @@ class KafkaObserver:
         tps = await self.partitions(topic)
         return sum((await self.consumer.end_offsets(tps)).values()) if tps else 0
 
+    async def committed_total(self, group: str, topic: str) -> int:
+        """Sum of the group's committed offsets on ``topic`` (partitions without one: 0)."""
+        tps = await self.partitions(topic)
+        committed = await self.admin.list_consumer_group_offsets(group, partitions=tps)
+        return sum(max(0, c.offset) for c in committed.values())
+
     async def committed_equals_end(self, group: str, topic: str) -> bool:
         """Has the group committed every input record (committed offset == end offset)?"""
         tps = await self.partitions(topic)

@@ -23,6 +23,12 @@ def test_stream_time_metadata_round_trips_and_tolerates_foreign_metadata() -> No
     assert (meta.partition_time, meta.tables) == (1_700_000_000_123, {"views": 1_700_000_000_000})
     for foreign in ("", None, "AgAAAYvX", "sa1:{not json", "sa1:[1]"):
         assert decode_metadata(foreign).partition_time == -1
+        assert decode_metadata(foreign).committer is None
+    assert meta.committer is None  # at-least-once commits name nobody
+    # Exactly-once commits name their transactional id, for a successor to fence.
+    named = decode_metadata(encode_metadata(5, {}, "app-0123abcd"))
+    assert (named.partition_time, named.committer) == (5, "app-0123abcd")
+    assert decode_metadata('sa1:{"p":5,"x":7}').committer is None  # not an id: ignored
 
 
 def test_stages_count_group_by_hops() -> None:

@@ -365,9 +365,15 @@ class MemoryConsumer(_Client):
             await self._wait_stable("committed_offsets")
 
     async def committed_offsets_with_metadata(
-        self, partitions: Collection[TopicPartition]
+        self, partitions: Collection[TopicPartition], *, stable: bool = True
     ) -> dict[TopicPartition, CommittedOffset | None]:
-        found = await self.committed_offsets(partitions)
+        if stable:
+            found = await self.committed_offsets(partitions)
+        else:
+            await self._enter()
+            if self.group is None:
+                raise TransportError("committed_offsets() needs a consumer with a group_id")
+            found = {_tp(tp): self.group.offsets.get(_tp(tp)) for tp in partitions}
         group = self.group
         assert group is not None
         return {
