@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 UNKNOWN = -1
+#: The broker refuses longer offset metadata (``offset.metadata.max.bytes``, 4096 by default).
+METADATA_LIMIT = 4096
 _PREFIX = "sa1:"
 
 
@@ -67,6 +69,10 @@ def encode_metadata(
         payload["w"] = dict(tables)
     if committer:
         payload["x"] = committer
+        named = _PREFIX + json.dumps(payload, separators=(",", ":"), sort_keys=True)
+        if len(named.encode()) <= METADATA_LIMIT:
+            return named
+        del payload["x"]  # an optimisation (fencing sooner) is not worth a refused commit
     return _PREFIX + json.dumps(payload, separators=(",", ":"), sort_keys=True)
 
 

@@ -29,6 +29,13 @@ def test_stream_time_metadata_round_trips_and_tolerates_foreign_metadata() -> No
     named = decode_metadata(encode_metadata(5, {}, "app-0123abcd"))
     assert (named.partition_time, named.committer) == (5, "app-0123abcd")
     assert decode_metadata('sa1:{"p":5,"x":7}').committer is None  # not an id: ignored
+    # Near the broker's offset.metadata.max.bytes, the id is what gives way.
+    crowded = {f"window-table-{i:03d}": 1_700_000_000_000 for i in range(123)}
+    near = encode_metadata(5, crowded, "app-" + "f" * 32)
+    assert len(near) == len(encode_metadata(5, crowded)) == 4076  # 4119 with the id
+    assert decode_metadata(near).tables == crowded and decode_metadata(near).committer is None
+    roomy = encode_metadata(5, dict(list(crowded.items())[:100]), "app-" + "f" * 32)
+    assert decode_metadata(roomy).committer == "app-" + "f" * 32
 
 
 def test_stages_count_group_by_hops() -> None:
