@@ -19,10 +19,12 @@ from pathlib import Path
 
 #: Lines the worker logs at info level that tests wait for.
 STARTED = "started; inputs"
-#: The worker's own line once its tasks exist ("assigned N partitions (M new tasks), generation
-#: G"); plain "assigned " would also match aiokafka's "Setting newly assigned partitions" and
-#: "Revoking previously assigned partitions", counting a revocation as an assignment.
-ASSIGNED = "new tasks), generation"
+#: The process's own line once its partitions are set up: the worker's "<logger>: assigned N
+#: partitions (M new tasks), generation G" and the sink's "<logger>: sink S: assigned N
+#: partitions of T, claimed ...". Plain "assigned " would also match aiokafka's "Setting newly
+#: assigned partitions" and "Revoking previously assigned partitions", counting a revocation as
+#: an assignment.
+ASSIGNED = ": assigned "
 WEB = "web server on http"
 _WEB_URL = re.compile(r"web server on (http://\S+) ")
 
