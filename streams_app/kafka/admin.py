@@ -27,6 +27,7 @@ from streams_app.kafka.protocol import (
     TXN_OFFSET_COMMIT_KEY,
     TXN_OFFSET_COMMIT_VERSION,
 )
+from streams_app.kafka.txn_protocol import ListTransactionsRequest
 from streams_app.transport.base import BrokerLimits, TopicPartition, TopicSpec
 
 log = logging.getLogger(__name__)
@@ -259,6 +260,48 @@ class KafkaAdmin:
                     )
 
     # -- configs -----------------------------------------------------------------------------
+
+    async def open_transactions(self, prefix: str) -> list[str]:
+        """Transactional ids starting with ``prefix`` that have a transaction open now.
+
+        ListTransactions (KIP-664) on every broker at once, each briefly: every broker answers
+        for the ids its ``__transaction_state`` partitions hold, and lists only the ids the
+        principal may DESCRIBE. A broker that does not answer leaves its ids out; none
+        answering raises.
+        """
+        client = self._admin._client
+        await client.force_metadata_update()
+        nodes = sorted(b.nodeId for b in client.cluster.brokers())
+
+        async def ask(node: int) -> Any:
+            return await client.send(node, ListTransactionsRequest(states=("Ongoing",)))
+
+        answers = await asyncio.gather(
+            *(asyncio.wait_for(ask(node), _LIMITS_TIMEOUT_S) for node in nodes),
+            return_exceptions=True,
+        )
+        found: set[str] = set()
+        answered = 0
+        for node, answer in zip(nodes, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, (*_NODE_DOWN, TimeoutError)):
+                    raise answer
+                log.info("broker %d did not answer ListTransactions", node)
+                continue
+            if answer.error_code:
+                log.info(
+                    "ListTransactions on broker %d: %s",
+                    node,
+                    aerrors.for_code(answer.error_code).__name__,
+                )
+                continue
+            answered += 1
+            found.update(
+                txn_id for txn_id, *_rest in answer.transaction_states if txn_id.startswith(prefix)
+            )
+        if not answered:
+            raise aerrors.KafkaError(f"no broker of {nodes} answered ListTransactions")
+        return sorted(found)
 
     async def broker_limits(self) -> list[BrokerLimits] | None:
         """The limits our settings must fit, per broker (DescribeConfigs on each broker).

@@ -31,13 +31,21 @@ makes failover to a standby complete in about a second of the rebalance instead 
 
 **A worker nobody in the group remembers.** The assignor knows departed members only from the
 members of earlier generations. A lone worker that dies and comes back on an *empty* state
-directory has a new process id, and no member ever saw the old one. So every exactly-once
-commit also writes the committing transactional id into each offset's metadata
-(:mod:`streams_app.runtime.stream_time`). Before a new owner reads its stable offsets, it reads
-the last *committed* ones (OffsetFetch without ``require_stable``, which answers at once), and
-fences every id it finds there that is not a member of this generation
-(:func:`fence_last_committers`). It does not help when the dead worker never committed one of
-those partitions before it died. Then its transaction still ends at the broker's timeout.
+directory has a new process id, and no member ever saw the old one. So a new owner, before it
+reads its stable offsets, looks for such predecessors in two places (:func:`fence_predecessors`)
+and fences every one that is not a member of this generation:
+
+- **who last committed its new partitions.** Every exactly-once commit writes the committing
+  transactional id into each offset's metadata (:mod:`streams_app.runtime.stream_time`); the
+  last *committed* offsets (OffsetFetch without ``require_stable``) answer at once;
+- **who has a transaction open now** under one of this app's ids (``<app id>-<process id>``,
+  matched exactly: not an app whose id merely starts with ours), from KIP-664's
+  ListTransactions on every broker. This covers a worker that died before it ever committed:
+  its metadata names it nowhere, but its first Produce opened a transaction that holds the
+  last stable offset of every output and changelog partition it wrote.
+
+Both are best effort: a failed read is logged and skipped, and the broker still aborts the
+transaction at its timeout.
 """
 
 from __future__ import annotations
@@ -47,8 +55,10 @@ import logging
 import time
 from collections.abc import Collection
 
+from streams_app.runtime import guarantees
 from streams_app.runtime.stream_time import decode_metadata
 from streams_app.transport.base import (
+    AdminClient,
     ConsumerClient,
     ProducerConfig,
     TopicPartition,
@@ -86,39 +96,70 @@ async def fence_transactional_ids(
     return fenced
 
 
-async def fence_last_committers(
+async def fence_predecessors(
     consumer: ConsumerClient,
+    admin: AdminClient,
     transport: Transport,
     partitions: Collection[TopicPartition],
     *,
+    app_id: str,
     members: Collection[str],
     client_id: str,
 ) -> list[str]:
-    """Fence the transactional ids that last committed ``partitions`` and are not among
-    ``members`` (this generation's, ours included); returns the ids fenced.
+    """Fence this app's transactional ids that are not among ``members`` (this generation's,
+    ours included) and either last committed one of ``partitions`` or have a transaction open
+    now; returns the ids fenced."""
+    keep = set(members)
+    # Both reads at once: they stand between the assignment and the first fetch.
+    committers, open_ids = await asyncio.gather(
+        _last_committers(consumer, partitions, keep), _open_transactions(admin, app_id, keep)
+    )
+    if committers:
+        log.info(
+            "%s last committed partitions taken over here and are not in the group: fencing them",
+            ", ".join(sorted(committers)),
+        )
+    hanging = open_ids - committers
+    if hanging:
+        log.info(
+            "%s hold an open transaction and are not in the group: fencing them",
+            ", ".join(sorted(hanging)),
+        )
+    return await fence_transactional_ids(transport, committers | hanging, client_id=client_id)
 
-    A failed read is logged and skipped, like a failed fence: it costs time, never correctness.
-    """
+
+async def _last_committers(
+    consumer: ConsumerClient, partitions: Collection[TopicPartition], keep: set[str]
+) -> set[str]:
     try:
         found = await consumer.committed_offsets_with_metadata(partitions, stable=False)
     except TransportError as exc:
         log.warning("reading who last committed the new partitions failed: %s", exc)
-        return []
-    keep = set(members)
-    committers = {
+        return set()
+    return {
         committer
         for offset in found.values()
         if offset is not None
         and (committer := decode_metadata(offset.metadata).committer) is not None
         and committer not in keep
     }
-    if not committers:
-        return []
-    log.info(
-        "%s last committed partitions taken over here and are not in the group: fencing them",
-        ", ".join(sorted(committers)),
-    )
-    return await fence_transactional_ids(transport, committers, client_id=client_id)
+
+
+async def _open_transactions(admin: AdminClient, app_id: str, keep: set[str]) -> set[str]:
+    try:
+        found = await admin.open_transactions(f"{app_id}-")
+    except TransportError as exc:
+        log.warning(
+            "listing open transactions failed (%s): a predecessor that never "
+            "committed is left to its transaction timeout",
+            exc,
+        )
+        return set()
+    return {
+        tid
+        for tid in found
+        if tid not in keep and guarantees.is_worker_transactional_id(app_id, tid)
+    }
 
 
 async def _fence(transport: Transport, transactional_id: str, client_id: str) -> tuple[str, bool]:

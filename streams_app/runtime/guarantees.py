@@ -21,6 +21,8 @@ transactions that will abort.
 
 from __future__ import annotations
 
+import re
+
 from streams_app.settings import AT_MOST_ONCE, EXACTLY_ONCE_V2, Settings
 from streams_app.transport.base import ConsumerConfig, ProducerConfig
 
@@ -107,3 +109,14 @@ def transactional_id(settings: Settings, process_id: str) -> str:
     the transaction it left open at once, instead of waiting for the transaction timeout.
     """
     return f"{settings.id}-{process_id}"
+
+
+#: A process id as the state directory makes one (``uuid4().hex``).
+_PROCESS_ID = "[0-9a-f]{32}"
+
+
+def is_worker_transactional_id(app_id: str, candidate: str) -> bool:
+    """Is ``candidate`` the transactional id of some worker of the app ``app_id``? Exactly
+    :func:`transactional_id`'s shape, so that app ``count`` never takes ``count-v2``'s ids for
+    its own."""
+    return re.fullmatch(re.escape(app_id) + "-" + _PROCESS_ID, candidate) is not None

@@ -10,8 +10,9 @@ before any restore starts), in this order:
    generation, their transactional ids are fenced (:mod:`streams_app.runtime.fencing`), so
    their open transactions abort now instead of at ``transaction_timeout``: the restore, the
    committed offsets (``require_stable``) and downstream readers stop waiting on them. Then,
-   just before the stable offsets are read, whoever last committed the partitions taken over
-   and is no member of this generation is fenced too (:meth:`Replicas.fence_last_committers`).
+   just before the stable offsets are read, whoever last committed the partitions taken over,
+   or holds a transaction open under one of this app's ids, and is no member of this
+   generation is fenced too (:meth:`Replicas.fence_predecessors`).
 3. **Probing.** If the leader placed warm-ups here, a rebalance is requested after
    ``probing_rebalance_interval``: the leader then moves the tasks whose warm-ups caught up.
 """
@@ -24,7 +25,7 @@ from typing import Any
 
 from streams_app.runtime import guarantees
 from streams_app.runtime.assignor import AssignmentInfo, StreamsAssignor
-from streams_app.runtime.fencing import fence_last_committers, fence_transactional_ids
+from streams_app.runtime.fencing import fence_predecessors, fence_transactional_ids
 from streams_app.runtime.standby import StandbyTask, StandbyUpdater
 from streams_app.runtime.task import TaskId
 from streams_app.runtime.task_manager import TaskManager
@@ -99,11 +100,12 @@ class Replicas:
             self._probe = loop.call_later(info.probe_after, self._request_probe, consumer)
         return info
 
-    async def fence_last_committers(
+    async def fence_predecessors(
         self, consumer: ConsumerClient, partitions: list[TopicPartition]
     ) -> None:
-        """Fence who last committed ``partitions`` (just taken over) if it is not a member of
-        this generation: a predecessor no member knew of (:mod:`streams_app.runtime.fencing`)."""
+        """Fence predecessors no member knew of (who last committed ``partitions``, just taken
+        over, or holds a transaction open under one of this app's ids) if they are not members
+        of this generation (:mod:`streams_app.runtime.fencing`)."""
         info = self.assignor.last
         if info is None or not partitions or not self.conf.exactly_once or self._stopped:
             return  # under range (an older member), who is live is unknown: fence nobody
@@ -111,10 +113,12 @@ class Replicas:
         members.update(info.fence)  # fenced a moment ago, in on_assignment
         if self.assignor.transactional_id:
             members.add(self.assignor.transactional_id)
-        self.fenced += await fence_last_committers(
+        self.fenced += await fence_predecessors(
             consumer,
+            self.admin,
             self.transport,
             partitions,
+            app_id=self.conf.id,
             members=members,
             client_id=f"{self.conf.id}-fencer",
         )

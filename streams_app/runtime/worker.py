@@ -1617,7 +1617,7 @@ class _RebalanceListener:
         if worker.replicas is not None:
             # A predecessor no member knew of would hold these offsets and the changelogs'
             # tails until its transaction timed out (runtime/fencing.py).
-            await worker.replicas.fence_last_committers(consumer, tps)
+            await worker.replicas.fence_predecessors(consumer, tps)
         found = await consumer.committed_offsets_with_metadata(tps)
         missing = [tp for tp, committed in found.items() if committed is None]
         starts: dict[TopicPartition, int] = {}

@@ -615,3 +615,10 @@ class HarnessAdmin:
         names = self.names
         found = await self.inner.topic_max_message_bytes([names.topic(t) for t in topics])
         return {names.local(t): n for t, n in found.items()}
+
+    async def open_transactions(self, prefix: str) -> list[str]:
+        self.switch.refuse()
+        names = self.names
+        found = await self.inner.open_transactions(prefix)
+        # Only this harness's own ids (another run's would map to an id nobody uses).
+        return [names.local(tid) for tid in found if names.id(names.local(tid)) == tid]

@@ -429,6 +429,12 @@ class AdminClient(Protocol):
         """``max.message.bytes`` of each existing topic the principal may describe."""
         ...
 
+    async def open_transactions(self, prefix: str) -> list[str]:
+        """The transactional ids starting with ``prefix`` that have a transaction open now
+        (KIP-664 ListTransactions on every broker, state ``Ongoing``). Raises TransportError
+        when no broker answered; a broker that did not answer only leaves its ids out."""
+        ...
+
 
 class Transport(Protocol):
     """Makes the clients of one worker."""

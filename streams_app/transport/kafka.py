@@ -971,3 +971,9 @@ class KafkaAdminClient:
             await self._a.check_exactly_once_support()
         except aerrors.KafkaError as exc:
             raise TransportError(f"reading the brokers' API versions failed: {exc!r}") from exc
+
+    async def open_transactions(self, prefix: str) -> list[str]:
+        try:
+            return await self._a.open_transactions(prefix)
+        except aerrors.KafkaError as exc:
+            raise TransportError(f"listing open transactions failed: {exc!r}") from exc

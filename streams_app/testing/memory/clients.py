@@ -809,3 +809,13 @@ class MemoryAdmin(_Client):
 
     async def check_exactly_once_support(self) -> None:
         await self._enter()
+
+    async def open_transactions(self, prefix: str) -> list[str]:
+        await self._enter()
+        return sorted(
+            {
+                txn.transactional_id
+                for txn in self.broker.open_transactions()
+                if txn.transactional_id.startswith(prefix)
+            }
+        )
