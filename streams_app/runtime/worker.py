@@ -1279,8 +1279,11 @@ class Worker:
         self, headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None
     ) -> list[tuple[str, bytes]] | None:
         """The caller's headers plus lineage and transaction headers (when configured)."""
+        conf = self.conf
+        if headers is None and not conf.lineage_headers and not conf.transaction_headers:
+            return None  # the common case, on every send: no list built and dropped
         out = _header_list(headers)
-        if self.conf.lineage_headers:
+        if conf.lineage_headers:
             event = current_event.get()
             if event is not None and event.offset >= 0:
                 source = self._lineage.get((event.topic, event.partition))
@@ -1291,7 +1294,7 @@ class Worker:
                     )
                 out += source
                 out.append((H_SRC_OFFSET, b"%d" % event.offset))
-        if self.conf.transaction_headers:
+        if conf.transaction_headers:
             group = self._committer.group if self._committer is not None else None
             out.append((H_TXN_ID, (self.producer.transactional_id or "").encode()))
             out.append((H_GENERATION, b"%d" % (group.generation_id if group else -1)))
