@@ -259,7 +259,7 @@ class KafkaAdmin:
                         "'at_least_once'."
                     )
 
-    # -- configs -----------------------------------------------------------------------------
+    # -- transactions (KIP-664) --------------------------------------------------------------
 
     async def open_transactions(self, prefix: str) -> list[str]:
         """Transactional ids starting with ``prefix`` that have a transaction open now.
@@ -302,6 +302,8 @@ class KafkaAdmin:
         if not answered:
             raise aerrors.KafkaError(f"no broker of {nodes} answered ListTransactions")
         return sorted(found)
+
+    # -- configs -----------------------------------------------------------------------------
 
     async def broker_limits(self) -> list[BrokerLimits] | None:
         """The limits our settings must fit, per broker (DescribeConfigs on each broker).
