@@ -23,9 +23,8 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer
 
 from streams_app.state.directory import PROCESS_ID_FILE
-from streams_app.testing.workers import WorkerProcess
 from tests.runtime.eos_checks import check_keyed_sum
-from tests.runtime.helpers import KafkaObserver, produce_keyed, wait_until
+from tests.runtime.helpers import KafkaObserver, keyed_sum_workers, produce_keyed, wait_until
 from tests.runtime.test_crash import worker_env
 
 RECORDS = 2_000
@@ -46,16 +45,8 @@ async def test_a_replacement_fences_a_dead_worker_that_never_committed(
         "STREAMS_APP_COMMIT_INTERVAL": str(TRANSACTION_TIMEOUT - 10),
         "STREAMS_APP_COMMIT_EVERY": "1000000",
     }
-    first, replacement = (
-        WorkerProcess(
-            "tests.runtime.apps.keyed_sum",
-            state_dir=tmp_path / name,
-            log_path=tmp_path / f"{name}.log",
-            env=extra_env,
-            name=name,
-        )
-        for name, extra_env in (("first", never_commits), ("replacement", env))
-    )
+    (first,) = keyed_sum_workers(tmp_path, never_commits, "first")
+    (replacement,) = keyed_sum_workers(tmp_path, env, "replacement")
     app_id = f"ks-{unique}"
     echo = f"ks-echo-{unique}"
     observer = KafkaObserver(bootstrap_servers)
