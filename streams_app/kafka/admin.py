@@ -27,7 +27,7 @@ from streams_app.kafka.protocol import (
     TXN_OFFSET_COMMIT_KEY,
     TXN_OFFSET_COMMIT_VERSION,
 )
-from streams_app.kafka.txn_protocol import ListTransactionsRequest
+from streams_app.kafka.txn_protocol import list_everywhere
 from streams_app.transport.base import BrokerLimits, TopicPartition, TopicSpec
 
 log = logging.getLogger(__name__)
@@ -272,36 +272,22 @@ class KafkaAdmin:
         client = self._admin._client
         await client.force_metadata_update()
         nodes = sorted(b.nodeId for b in client.cluster.brokers())
-
-        async def ask(node: int) -> Any:
-            return await client.send(node, ListTransactionsRequest(states=("Ongoing",)))
-
-        answers = await asyncio.gather(
-            *(asyncio.wait_for(ask(node), _LIMITS_TIMEOUT_S) for node in nodes),
-            return_exceptions=True,
+        listings, missing = await list_everywhere(
+            client.send, nodes, states=("Ongoing",), timeout=_LIMITS_TIMEOUT_S
         )
-        found: set[str] = set()
-        answered = 0
-        for node, answer in zip(nodes, answers, strict=True):
-            if isinstance(answer, BaseException):
-                if not isinstance(answer, (*_NODE_DOWN, TimeoutError)):
-                    raise answer
+        for node, failure in sorted(missing.items()):
+            if isinstance(failure, BaseException):
+                if not isinstance(failure, (*_NODE_DOWN, TimeoutError)):
+                    raise failure
                 log.info("broker %d did not answer ListTransactions", node)
-                continue
-            if answer.error_code:
+            else:
                 log.info(
-                    "ListTransactions on broker %d: %s",
-                    node,
-                    aerrors.for_code(answer.error_code).__name__,
+                    "ListTransactions on broker %d: %s", node, aerrors.for_code(failure).__name__
                 )
-                continue
-            answered += 1
-            found.update(
-                txn_id for txn_id, *_rest in answer.transaction_states if txn_id.startswith(prefix)
-            )
-        if not answered:
+        if len(missing) == len(nodes):
             raise aerrors.KafkaError(f"no broker of {nodes} answered ListTransactions")
-        return sorted(found)
+        ids = {listing.transactional_id for listing in listings}
+        return sorted(txn_id for txn_id in ids if txn_id.startswith(prefix))
 
     # -- configs -----------------------------------------------------------------------------
 

@@ -45,7 +45,8 @@ from streams_app.kafka.txn_protocol import (
     AbortMarkerRequest,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
-    ListTransactionsRequest,
+    TransactionListing,
+    list_everywhere,
 )
 
 log = logging.getLogger(__name__)
@@ -96,14 +97,6 @@ def error_name(code: int) -> str:
 
 class _Moved(Exception):
     """Ownership moved (leader or coordinator): refresh the metadata, then retry."""
-
-
-@dataclass(frozen=True)
-class TransactionListing:
-    transactional_id: str
-    producer_id: int
-    state: str
-    coordinator_id: int
 
 
 @dataclass(frozen=True)
@@ -309,25 +302,22 @@ class OpsAdmin:
         that support ListTransactions v1; callers filter by start time themselves otherwise.
         """
         await self._client.force_metadata_update()
-        listings: list[TransactionListing] = []
+        listings, missing = await list_everywhere(
+            self._send,
+            self.broker_ids(),
+            states=states,
+            producer_ids=producer_ids,
+            running_longer_than_ms=running_longer_than_ms,
+        )
         unreachable: list[int] = []
-        for node_id in self.broker_ids():
-            request = ListTransactionsRequest(states, producer_ids, running_longer_than_ms)
-            try:
-                response = await self._send(node_id, request)
-            except _NODE_DOWN as exc:
-                log.warning("broker %d did not answer ListTransactions (%s)", node_id, exc)
-                unreachable.append(node_id)
-                continue
-            if response.error_code == COORDINATOR_LOAD_IN_PROGRESS:
-                unreachable.append(node_id)
-                continue
-            if response.error_code:
-                raise OpsAdminError(
-                    f"ListTransactions on broker {node_id}: {error_name(response.error_code)}"
-                )
-            for txn_id, producer_id, state, _tags in response.transaction_states:
-                listings.append(TransactionListing(txn_id, producer_id, state, node_id))
+        for node_id, failure in sorted(missing.items()):
+            if isinstance(failure, BaseException):
+                if not isinstance(failure, _NODE_DOWN):
+                    raise failure
+                log.warning("broker %d did not answer ListTransactions (%s)", node_id, failure)
+            elif failure != COORDINATOR_LOAD_IN_PROGRESS:
+                raise OpsAdminError(f"ListTransactions on broker {node_id}: {error_name(failure)}")
+            unreachable.append(node_id)
         return listings, unreachable
 
     async def _transaction_coordinator(self, transactional_id: str) -> int:

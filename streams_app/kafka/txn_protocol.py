@@ -22,8 +22,11 @@ falling back to something that means less.
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from aiokafka.errors import IncompatibleBrokerVersion
 from aiokafka.protocol.api import Request, RequestStruct, Response
@@ -159,6 +162,57 @@ class ListTransactionsRequest(Request[ListTransactionsRequest_v0 | ListTransacti
             )
         self.duration_filtered = False
         return request_struct_class(self.states, self.producer_ids, _NO_TAGS)
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+    coordinator_id: int
+
+
+async def list_everywhere(
+    send: Callable[[int, ListTransactionsRequest], Awaitable[Any]],
+    nodes: Sequence[int],
+    *,
+    states: Collection[str] = (),
+    producer_ids: Collection[int] = (),
+    running_longer_than_ms: int = -1,
+    timeout: float | None = None,
+) -> tuple[list[TransactionListing], dict[int, int | BaseException]]:
+    """ListTransactions on every broker at once: the listings, and what each broker that gave
+    none answered instead (its error code, or the exception its request raised; a broker that
+    did not answer within ``timeout`` raised TimeoutError).
+
+    Each broker coordinates the ids of its own ``__transaction_state`` partitions, so only the
+    union of all answers is the cluster's list; asking them together means a broker that is
+    down or frozen delays the result by one timeout, not one per broker. The runtime and the
+    operators' tools read a missing answer differently (skip it; report it), so they decide.
+    """
+    answers = await asyncio.gather(
+        *(
+            asyncio.wait_for(
+                send(node, ListTransactionsRequest(states, producer_ids, running_longer_than_ms)),
+                timeout,
+            )
+            for node in nodes
+        ),
+        return_exceptions=True,
+    )
+    listings: list[TransactionListing] = []
+    missing: dict[int, int | BaseException] = {}
+    for node, answer in zip(nodes, answers, strict=True):
+        if isinstance(answer, BaseException):
+            missing[node] = answer
+        elif answer.error_code:
+            missing[node] = answer.error_code
+        else:
+            listings.extend(
+                TransactionListing(txn_id, producer_id, state, node)
+                for txn_id, producer_id, state, _tags in answer.transaction_states
+            )
+    return listings, missing
 
 
 # -- DescribeTransactions v0 -------------------------------------------------------------------
