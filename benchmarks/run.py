@@ -846,7 +846,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3, help="rounds (default: %(default)s)")
     parser.add_argument(
-        "--warmup", type=int, default=1, help="untimed ceiling + EOS runs first (rounds)"
+        "--warmup",
+        type=int,
+        default=2,
+        help="untimed ceiling + EOS runs first (rounds; with one, the first timed EOS run still "
+        "met a cold broker JIT)",
     )
     parser.add_argument(
         "--once",
