@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from streams_app.readback import ReadRecord, read_topics
+from streams_app.testing.workers import WorkerProcess
 
 
 @dataclass
@@ -109,3 +110,20 @@ async def check_keyed_sum(
             outcome.wrong += 1
             outcome.note(f"final table differs on {len(diff)} keys, e.g. {sorted(diff)[:3]}")
     return outcome
+
+
+async def assert_predecessor_fenced(
+    replacement: WorkerProcess, found: str, bootstrap: str, suffix: str, records: int
+) -> None:
+    """How a replacement's run must end when its predecessor died holding a transaction: its
+    log says how it ``found`` the dead worker's id and that it fenced it, and every one of
+    ``records`` inputs counted exactly once (test_unknown_predecessor, test_hanging_predecessor).
+    """
+    log = replacement.log_since_start()
+    assert found in log, replacement.tail()
+    assert "fenced 1 departed worker(s)' transactional id(s)" in log, replacement.tail()
+    outcome = await check_keyed_sum(bootstrap, suffix, exactly_once=True)
+    assert outcome.inputs == records
+    assert (outcome.duplicates, outcome.missing, outcome.wrong, outcome.extra) == (0, 0, 0, 0), (
+        outcome.problems
+    )

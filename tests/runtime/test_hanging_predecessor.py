@@ -23,7 +23,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer
 
 from streams_app.state.directory import PROCESS_ID_FILE
-from tests.runtime.eos_checks import check_keyed_sum
+from tests.runtime.eos_checks import assert_predecessor_fenced
 from tests.runtime.helpers import KafkaObserver, keyed_sum_workers, produce_keyed, wait_until
 from tests.runtime.test_crash import worker_env
 
@@ -89,11 +89,10 @@ async def test_a_replacement_fences_a_dead_worker_that_never_committed(
         for worker in (first, replacement):
             if worker.running:
                 worker.kill()
-    log = replacement.log_since_start()
-    assert f"{dead_id} hold an open transaction and are not in the group" in log, replacement.tail()
-    assert "fenced 1 departed worker(s)' transactional id(s)" in log, replacement.tail()
-    outcome = await check_keyed_sum(bootstrap_servers, unique, exactly_once=True)
-    assert outcome.inputs == RECORDS
-    assert (outcome.duplicates, outcome.missing, outcome.wrong, outcome.extra) == (0, 0, 0, 0), (
-        outcome.problems
+    await assert_predecessor_fenced(
+        replacement,
+        f"{dead_id} hold an open transaction and are not in the group",
+        bootstrap_servers,
+        unique,
+        RECORDS,
     )

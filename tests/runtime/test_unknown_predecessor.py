@@ -5,7 +5,7 @@ ever knew the dead one's (the assignor's departed-member fencing has nothing to 
 open transaction would hold the committed offsets (``require_stable``) and the changelog
 tails until ``transaction_timeout``. The dead worker's id is in the metadata of the offsets it
 committed, and the new owner fences it before it reads stable offsets
-(``streams_app.runtime.fencing.fence_last_committers``). Here, on the real broker:
+(``streams_app.runtime.fencing.fence_predecessors``). Here, on the real broker:
 
 - the replacement names the dead worker's transactional id and fences it;
 - the outputs stay exactly-once through the kill and the full restore.
@@ -17,7 +17,7 @@ import asyncio
 from pathlib import Path
 
 from streams_app.state.directory import PROCESS_ID_FILE
-from tests.runtime.eos_checks import check_keyed_sum
+from tests.runtime.eos_checks import assert_predecessor_fenced
 from tests.runtime.helpers import KafkaObserver, keyed_sum_workers, produce_keyed, wait_until
 from tests.runtime.test_crash import worker_env
 
@@ -66,11 +66,10 @@ async def test_a_replacement_on_an_empty_state_dir_fences_the_dead_workers_trans
         for worker in (first, replacement):
             if worker.running:
                 worker.kill()
-    log = replacement.log_since_start()
-    assert f"{dead_id} last committed partitions taken over here" in log, replacement.tail()
-    assert "fenced 1 departed worker(s)' transactional id(s)" in log, replacement.tail()
-    outcome = await check_keyed_sum(bootstrap_servers, unique, exactly_once=True)
-    assert outcome.inputs == RECORDS
-    assert (outcome.duplicates, outcome.missing, outcome.wrong, outcome.extra) == (0, 0, 0, 0), (
-        outcome.problems
+    await assert_predecessor_fenced(
+        replacement,
+        f"{dead_id} last committed partitions taken over here",
+        bootstrap_servers,
+        unique,
+        RECORDS,
     )
