@@ -117,7 +117,7 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
     this_commit: dict[str, float] = {}
     commit_phases: list[tuple[float, dict[str, float]]] = []
 
-    async def timed(self: Committer) -> bool:
+    async def timed(self: Committer, *args: Any, **kwargs: Any) -> bool:
         if seen_version[0] is None:
             seen_version[0] = _transaction_version(self.producer)
         t0 = time.monotonic()
@@ -127,7 +127,7 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
             until_commit.extend(t0 - fetched for fetched in awaiting_commit)
             awaiting_commit.clear()
         try:
-            committed = await commit(self)
+            committed = await commit(self, *args, **kwargs)
             return committed
         finally:
             if first.seen:

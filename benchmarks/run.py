@@ -93,6 +93,9 @@ class System:
     workers: int = 1
     #: The checkout the child runs from (``--compare`` adds runs from another one).
     repo: Path = REPO
+    #: The interpreter its Python children run on: this process's, or a compared checkout's
+    #: own ``.venv`` (so that ``--compare`` can set two interpreter builds side by side).
+    python: str = sys.executable
     #: streams_app only: the topology module the child runs (None: topologies.count).
     topology: str | None = None
 
@@ -286,7 +289,7 @@ def child_command(
             state_dir=state_dir,
         )
     cmd = [
-        sys.executable,
+        system.python,
         "-m",
         "benchmarks.child",
         system.child,
@@ -585,11 +588,36 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def checkout_python(repo: Path) -> str:
+    """A compared checkout's own virtualenv interpreter if it has one (a clone set up with
+    ``make setup``), else this process's (a git worktree sharing this checkout's packages)."""
+    own = repo / ".venv" / "bin" / "python"
+    return str(own) if own.exists() else sys.executable
+
+
+def interpreter(python: str = sys.executable) -> dict[str, str]:
+    """Which CPython build runs the Python systems. A build configured without
+    ``--enable-optimizations`` (pyenv's default) runs the per-record path measurably slower
+    than a PGO build (distribution and official Docker images): BENCHMARKS.md, Method."""
+    import subprocess
+
+    probe = (
+        "import platform, sys, sysconfig; "
+        "print(platform.python_version()); print(sys.base_prefix); "
+        "print(sysconfig.get_config_var('CONFIG_ARGS') or '')"
+    )
+    out = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True)
+    version, prefix, config = [*out.stdout.splitlines(), "", "", ""][:3]
+    flags = [f for f in ("--enable-optimizations", "--with-lto") if f in config]
+    return {"version": version, "prefix": prefix, "configured_with": " ".join(flags)}
+
+
 def machine() -> dict[str, Any]:
     return {
         "cpus": os.cpu_count(),
         "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "python": platform.python_version(),
+        "interpreter": interpreter(),
         "platform": platform.platform(),
     }
 
@@ -687,12 +715,21 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         # commit), interleaved with ours so both see the same machine load.
         label, _, path = item.rpartition("=")
         label = label or Path(path).name
+        repo = Path(path).resolve()
+        python = checkout_python(repo)
+        # Another interpreter changes the Python peers too: they run on it as well, so that
+        # the ratios within each interpreter stay like for like.
+        compared = (
+            ("streams_app",)
+            if python == sys.executable
+            else ("streams_app", "quix", "aiokafka", "faust")
+        )
         systems += [
             dataclasses.replace(
-                s, key=f"{s.key}@{label}", label=f"{s.label}@{label}", repo=Path(path).resolve()
+                s, key=f"{s.key}@{label}", label=f"{s.label}@{label}", repo=repo, python=python
             )
             for s in base
-            if s.child == "streams_app"
+            if s.child in compared
         ]
     if any(s.child == "kafka_streams" for s in systems):
         from benchmarks import kafka_streams
@@ -820,6 +857,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 "streams_app_overrides": args.set,
                 "repeat": args.repeat,
                 "systems": [s.key for s in systems],
+                # Each interpreter the Python systems ran on (a compared checkout may bring its
+                # own: checkout_python).
+                "interpreters": {
+                    python: interpreter(python)
+                    for python in sorted({s.python for s in systems if s.child != "kafka_streams"})
+                },
             },
         }
     finally:

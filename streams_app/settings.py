@@ -122,6 +122,10 @@ class Settings:
     #: generation its offsets commit under) to every record sent while processing, so an audit
     #: (the chaos verifier) can prove no fenced zombie got anything committed. Off by default.
     transaction_headers: bool = False
+    #: Exactly-once: process the next fetched records while a commit's round trips are in
+    #: flight, holding their sends back until EndTxn (runtime/commit.py). Off: the worker
+    #: waits for each commit, as Kafka Streams' stream thread does.
+    process_during_commit: bool = True
     #: Allocations between collections of the garbage collector's young generation while the
     #: worker runs (Python's own: 700); 0 leaves the collector alone. See runtime/collector.py.
     gc_young_threshold: int = 10_000
@@ -396,7 +400,12 @@ class Settings:
             raise ConfigError(
                 "state_dir", f"{self.state_dir!r} is not a path", "use a directory path"
             )
-        for name in ("lineage_headers", "transaction_headers", "web_enabled"):
+        for name in (
+            "lineage_headers",
+            "transaction_headers",
+            "web_enabled",
+            "process_during_commit",
+        ):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ConfigError(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from streams_app.runtime.commit import Committer
+from streams_app.runtime.commit import Committer, Meanwhile
 from streams_app.runtime.metrics import WorkerMetrics
 
 
@@ -20,10 +20,10 @@ class MeasuredCommitter(Committer):
         super().__init__(*args, **kwargs)
         self.metrics = metrics
 
-    async def commit(self) -> bool:
+    async def commit(self, meanwhile: Meanwhile | None = None) -> bool:
         started = time.perf_counter()
         try:
-            committed = await super().commit()
+            committed = await super().commit(meanwhile)
         except Exception as exc:
             self.metrics.commit_failed(exc)
             raise

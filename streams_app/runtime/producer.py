@@ -23,6 +23,12 @@ order. The send gate then checks one future per batch, and a record's send retur
 :class:`RecordFuture` that reads its outcome from its batch's future when asked. Records larger
 than half a batch take the record-by-record path (aiokafka checks their size there, and raises
 to the agent).
+
+**Held sends.** While a commit's last round trips are in flight the worker processes the next
+records (:mod:`streams_app.runtime.commit`). What they send must not join the transaction being
+committed: its offsets do not cover them. Between :meth:`StreamsProducer.hold` and
+:meth:`StreamsProducer.release` sends are kept in order and each returns a :class:`HeldSend`;
+``release`` (after EndTxn) sends them into the next transaction, and an abort drops them.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import Any
 from streams_app.app.context import SendFuture
 from streams_app.runtime.clock import Cancellable, Clock, SystemClock
 from streams_app.runtime.metrics import ProducerStats
+from streams_app.runtime.scope import current_parkable, in_processing
 from streams_app.transport.base import (
     AppendedRecord,
     BatchingProducerClient,
@@ -156,6 +163,97 @@ class RecordFuture:
         return f"<RecordFuture {self._batch.topic}[{self._batch.partition}] {state}>"
 
 
+class HeldSend:
+    """A send made while the previous transaction's commit was in flight.
+
+    It becomes the real send when :meth:`StreamsProducer.release` hands the record to the next
+    transaction, and is cancelled if the records that sent it are undone (the commit or the
+    processing failed). No future exists until someone waits on it or adds a callback: almost
+    nobody does, and a worker holds hundreds of these per commit.
+    """
+
+    __slots__ = ("_dropped", "_sent", "_waiter")
+
+    def __init__(self) -> None:
+        self._sent: SendFuture | None = None
+        self._waiter: asyncio.Future[RecordMetadataLike] | None = None
+        self._dropped = False
+
+    def _release(self, sent: SendFuture) -> None:
+        self._sent = sent
+        if self._waiter is not None:
+            _chain(sent, self._waiter)
+
+    def _drop(self) -> None:
+        self._dropped = True
+        if self._waiter is not None:
+            self._waiter.cancel()
+
+    def done(self) -> bool:
+        return self._dropped or (self._sent is not None and self._sent.done())
+
+    def cancelled(self) -> bool:
+        return self._dropped or (self._sent is not None and self._sent.cancelled())
+
+    def exception(self) -> BaseException | None:
+        return self._outcome().exception()
+
+    def result(self) -> RecordMetadataLike:
+        return self._outcome().result()
+
+    def _outcome(self) -> SendFuture:
+        if self._dropped:
+            raise asyncio.CancelledError("the send was undone with the records that made it")
+        if self._sent is None:
+            raise asyncio.InvalidStateError("the send is held until the commit in flight ends")
+        return self._sent
+
+    def _wait(self) -> asyncio.Future[RecordMetadataLike]:
+        if self._waiter is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+            if self._dropped:
+                self._waiter.cancel()
+            elif self._sent is not None:
+                _chain(self._sent, self._waiter)
+        return self._waiter
+
+    def add_done_callback(self, fn: Callable[[HeldSend], object]) -> None:
+        self._wait().add_done_callback(lambda _: fn(self))
+
+    def __await__(self) -> Generator[Any, None, RecordMetadataLike]:
+        return self._delivered().__await__()
+
+    async def _delivered(self) -> RecordMetadataLike:
+        waiter = self._wait()
+        if self._sent is not None or self._dropped:
+            return await asyncio.shield(waiter)
+        # Still held: the commit in flight must end before this can resolve, and the worker
+        # waits for its agents to settle before it goes on. Parked, the agent counts as
+        # settled (as while it waits for an RPC reply), so the commit is not waited for.
+        parkable = current_parkable.get() if in_processing.get() else None
+        if parkable is not None:
+            parkable.park()
+        try:
+            return await asyncio.shield(waiter)
+        finally:
+            if parkable is not None:
+                parkable.unpark()
+
+
+def _chain(sent: SendFuture, waiter: asyncio.Future[RecordMetadataLike]) -> None:
+    def copy(_: object) -> None:
+        if waiter.done():
+            return
+        if sent.cancelled():
+            waiter.cancel()
+        elif (error := sent.exception()) is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(sent.result())
+
+    sent.add_done_callback(copy)  # type: ignore[attr-defined]
+
+
 class StreamsProducer:
     def __init__(
         self, transport: Transport, config: ProducerConfig, clock: Clock | None = None
@@ -183,6 +281,8 @@ class StreamsProducer:
         self._direct_bytes = max(1024, min(config.max_batch_size, config.max_request_size) // 2)
         # Agents and the dispatch loop may send concurrently; only one of them may begin.
         self._begin_lock = asyncio.Lock()
+        #: Sends held while a commit is in flight (None: not holding): see :meth:`hold`.
+        self._held: list[tuple[HeldSend, str, Any, Any, Any, Any, Any]] | None = None
         self.transactions_committed = 0
         self.transactions_aborted = 0
         self.recreated = 0
@@ -227,6 +327,7 @@ class StreamsProducer:
         self._batcher = client if isinstance(client, BatchingProducerClient) else None
 
     async def stop(self) -> None:
+        self.drop_held()
         await self._drop_batches()
         client, self._client = self._client, None
         self._batcher = None
@@ -241,6 +342,55 @@ class StreamsProducer:
         await self.stop()
         self.recreated += 1
         await self.start()
+
+    def hold(self) -> None:
+        """From now until :meth:`release`, sends are kept back from the transaction in flight."""
+        self._held = []
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
+
+    def _hold(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        headers: Sequence[tuple[str, bytes]] | None,
+        timestamp_ms: int | None,
+    ) -> HeldSend:
+        held = HeldSend()
+        assert self._held is not None
+        self._held.append((held, topic, key, value, partition, headers, timestamp_ms))
+        return held
+
+    async def release(self) -> None:
+        """The commit ended: the held sends go into the next transaction, in order."""
+        held, self._held = self._held, None
+        if not held:
+            return
+        await self.maybe_begin()
+        for future, topic, key, value, partition, headers, timestamp_ms in held:
+            sent: SendFuture | None = self.send_nowait(
+                topic, key, value, partition, headers, timestamp_ms
+            )
+            if sent is None:
+                sent = await self.send(
+                    topic,
+                    key=key,
+                    value=value,
+                    partition=partition,
+                    headers=headers,
+                    timestamp_ms=timestamp_ms,
+                )
+            future._release(sent)
+
+    def drop_held(self) -> None:
+        """The records that made the held sends are undone: so are the sends."""
+        held, self._held = self._held, None
+        for future, *_ in held or ():
+            future._drop()
 
     async def maybe_begin(self) -> None:
         if not self.exactly_once or self._in_transaction:
@@ -258,7 +408,7 @@ class StreamsProducer:
         partition: int | None,
         headers: Sequence[tuple[str, bytes]] | None,
         timestamp_ms: int | None,
-    ) -> RecordFuture | None:
+    ) -> RecordFuture | HeldSend | None:
         """Append to the open batch without a coroutine; None when :meth:`send` must be
         awaited instead (no transaction begun yet, the topic's metadata unknown, a large
         value, or the queue of closed batches full).
@@ -267,6 +417,8 @@ class StreamsProducer:
         an agent's ``topic.send`` and the batch costs a coroutine object each; this is the one
         place that knows when none is needed.
         """
+        if self._held is not None:
+            return self._hold(topic, key, value, partition, headers, timestamp_ms)
         batcher = self._batcher
         if (
             batcher is None
@@ -290,6 +442,8 @@ class StreamsProducer:
         headers: Sequence[tuple[str, bytes]] | None = None,
         timestamp_ms: int | None = None,
     ) -> SendFuture:
+        if self._held is not None:
+            return self._hold(topic, key, value, partition, headers, timestamp_ms)
         if self._eos and not self._in_transaction:
             await self.maybe_begin()
         batcher = self._batcher
@@ -526,6 +680,7 @@ class StreamsProducer:
 
     async def abort(self) -> None:
         """Abort the open transaction; if the producer cannot, replace it (which aborts too)."""
+        self.drop_held()
         await self._drop_batches()
         self._clear_pending()
         if not self.exactly_once or not self._in_transaction:

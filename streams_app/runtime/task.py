@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 GroupFactory = Callable[[list[TopicPartition]], PartitionGroup]
 
 
+class Sealed(NamedTuple):
+    """A task's progress as a commit in flight carries it (:meth:`Task.seal`)."""
+
+    offsets: dict[TopicPartition, int]
+    partition_times: dict[TopicPartition, int]
+    table_times: dict[str, int]
+
+
 class TaskId(NamedTuple):
     group: int
     partition: int
@@ -229,6 +237,21 @@ class Task:
         self.committed_partition_times = dict(self.partition_times)
         for name, state in self.windowed_states.items():
             self.committed_table_times[name] = state.observed
+
+    def seal(self) -> Sealed:
+        """What a commit now in flight carries (its tables seal their own writes): the worker
+        processes on meanwhile, and only this becomes committed if the commit succeeds."""
+        self.touched = False
+        return Sealed(
+            dict(self.offsets),
+            dict(self.partition_times),
+            {name: state.observed for name, state in self.windowed_states.items()},
+        )
+
+    def mark_sealed_committed(self, sealed: Sealed) -> None:
+        self.committed = sealed.offsets
+        self.committed_partition_times = sealed.partition_times
+        self.committed_table_times.update(sealed.table_times)
 
     def __repr__(self) -> str:
         return f"<Task {self.id} {self.state}>"

@@ -38,7 +38,7 @@ from streams_app.runtime.assignor import StreamsAssignor
 from streams_app.runtime.broker_limits import check_broker_limits, check_topic_limits
 from streams_app.runtime.clock import Clock, SystemClock
 from streams_app.runtime.collector import young_generation
-from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN
+from streams_app.runtime.commit import MIGRATED, PRODUCER_BROKEN, Meanwhile
 from streams_app.runtime.dead_letters import DeadLetter, DeadLetters
 from streams_app.runtime.errors_policy import Decision, ErrorPolicy, Failure, is_bad_record
 from streams_app.runtime.global_tables import GlobalTables
@@ -62,7 +62,7 @@ from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.timers import TimerScheduler
 from streams_app.runtime.topology import TopologyPlan, plan_topology
 from streams_app.runtime.web import WebServer
-from streams_app.settings import AT_MOST_ONCE
+from streams_app.settings import AT_MOST_ONCE, EXACTLY_ONCE_V2
 from streams_app.state.base import Store
 from streams_app.state.budget import StateMemory
 from streams_app.state.directory import StateDirectory
@@ -91,6 +91,11 @@ log = logging.getLogger(__name__)
 
 #: Records an agent parked on an RPC reply may have queued before its partition is held back.
 BUSY_INBOX = 8
+#: Records per slice processed while a commit is in flight (process_during_commit): each of
+#: the commit's answers waits for at most one slice before the event loop gets to it. 32
+#: beat 8 and 128 in interleaved runs (BENCHMARKS.md, "Processing while the commit is in
+#: flight"); at 128 a commit took 2.5 times as long.
+MEANWHILE_SLICE = 32
 
 H_SRC_TOPIC = "src_topic"
 H_SRC_PARTITION = "src_partition"
@@ -168,6 +173,9 @@ class Worker:
         #: A commit is due but agents are busy (parked on RPC, or working through their
         #: inbox): busy agents get no new records until it happens.
         self._draining = False
+        #: A poll made while a commit was in flight failed: the loop's next poll raises it,
+        #: where the error would have come from without that poll.
+        self._deferred_poll_error: BaseException | None = None
         #: Partitions paused because the agents they feed are busy (see ``_dispatch``).
         self._held: set[TopicPartition] = set()
         #: Of those, the ones holding a record to retry alone: they wait for every agent.
@@ -176,6 +184,8 @@ class Worker:
         #: Partitions paused while a failed record of theirs backs off -> when they resume.
         self.backing_off: dict[TopicPartition, float] = {}
         self.records_processed = 0
+        #: Of those, the ones processed while a commit was in flight (process_during_commit).
+        self.processed_during_commit = 0
         #: Records handed to the agents since the last time they were all done.
         self._fed = 0
         #: Sizes each poll to the commit deadline; idle, a poll waits up to one interval
@@ -533,6 +543,9 @@ class Worker:
             )
             waiting = self._buffered_wait()
             try:
+                if self._deferred_poll_error is not None:
+                    error, self._deferred_poll_error = self._deferred_poll_error, None
+                    raise error
                 batch = await self.consumer.getmany(
                     timeout_ms=timeout_ms if waiting is None else min(timeout_ms, waiting),
                     max_records=max_records,
@@ -563,7 +576,7 @@ class Worker:
             if committer.due(interval, self.conf.commit_every):
                 if await self._quiescent():
                     self._draining = False
-                    await committer.commit()
+                    await committer.commit(self._meanwhile)
                 else:
                     self._draining = True
             self._release_held()
@@ -587,6 +600,39 @@ class Worker:
                     "max.message.bytes (or make the record smaller); then restart"
                 ) from exc
             await self.runner.restart()
+
+    @property
+    def _meanwhile(self) -> Meanwhile | None:
+        """What the loop's commits do while in flight (runtime.commit): exactly-once only."""
+        conf = self.conf
+        if conf.process_during_commit and conf.processing_guarantee == EXACTLY_ONCE_V2:
+            return self._process_while_committing
+        return None
+
+    async def _process_while_committing(self, committing: asyncio.Future[None]) -> None:
+        """Process records already fetched, in slices, until the commit in flight is done.
+
+        It stops early when nothing is fetched, when a stop is requested, when the group
+        starts to rebalance (a poll would wait for the new assignment), and before a record
+        that failed before is due again: that one is retried in a transaction of its own,
+        which needs a commit (``_commit_for_retry``), and none may begin while one is in
+        flight. Agent failures propagate (the committer raises them once it is done).
+        """
+        consumer = self.consumer
+        stop = self._stop_requested
+        while not committing.done() and not stop.is_set() and not self._retried_partitions():
+            if not consumer.fetch_ready():
+                return  # a rebalance is under way: its callbacks need the lock held here
+            try:
+                batch = await consumer.getmany(timeout_ms=0, max_records=MEANWHILE_SLICE)
+            except Exception as exc:
+                self._deferred_poll_error = exc
+                return
+            if not batch:
+                return
+            before = self.records_processed
+            await self._process(batch, paced=False)
+            self.processed_during_commit += self.records_processed - before
 
     def _release_held(self, *, all_: bool = False) -> None:
         """Resume partitions held back for busy agents once those agents are idle again (a
@@ -723,7 +769,11 @@ class Worker:
     ) -> dict[TopicPartition, int]:
         return {tp: records[-1].offset + 1 for tp, records in batch.items() if records}
 
-    async def _process(self, batch: Mapping[TopicPartition, Sequence[RecordLike]]) -> None:
+    async def _process(
+        self, batch: Mapping[TopicPartition, Sequence[RecordLike]], *, paced: bool = True
+    ) -> None:
+        """``paced``: the batch's cost per record teaches the poll pacer (not for the slices
+        processed while a commit is in flight: the commit's answers interleave with them)."""
         started = time.perf_counter()
         processed_before = self.records_processed
         by_tp = self.tasks.by_tp
@@ -772,7 +822,8 @@ class Worker:
         await self._sync_positions(batch)
         took = time.perf_counter() - started
         self.metrics.batch_seconds.observe(took)
-        self._pacer.observe(self.records_processed - processed_before, took)
+        if paced:
+            self._pacer.observe(self.records_processed - processed_before, took)
 
     def _retried_partitions(self) -> set[TopicPartition]:
         attempts = self.policy.attempts

@@ -116,6 +116,16 @@ class PartitionTransaction:
     values into the read cache; a discard drops them and empties this transaction's cache
     segment (the cache's module docstring says why an abort must).
 
+    **Sealed writes.** While a commit is in flight the worker goes on processing
+    (:mod:`streams_app.runtime.commit`, "Processing while the commit is in flight"). The writes
+    the commit carries are *sealed* (:meth:`seal`): their encoding is kept for the store, and
+    they stay among the pending writes, so every read, range scan and iteration still sees
+    them without a second layer to merge. Writes made meanwhile overwrite them there and are
+    remembered as rewritten. When the commit succeeds, :meth:`commit_sealed` writes the sealed
+    batch to the store and drops from the pending writes every sealed key that was not
+    rewritten; the rest stay pending for the next commit. When it fails, :meth:`discard` drops
+    all of it, as for any abort.
+
     What the pending writes cost is estimated by :meth:`pending_bytes` for the worker's
     uncommitted-writes budget (:class:`~streams_app.state.budget.UncommittedWrites`): nothing is
     sized on :meth:`set` itself, which stays as cheap as a dict store.
@@ -126,8 +136,11 @@ class PartitionTransaction:
         "_counted",
         "_dirty",
         "_prepared",
+        "_rewritten",
         "_sampled_bytes",
         "_sampled_entries",
+        "_sealed",
+        "_sealed_batch",
         "_segment",
         "key_codec",
         "partition",
@@ -149,6 +162,11 @@ class PartitionTransaction:
         #: key object -> value object or DELETED: the pending writes, in first-write order.
         self._dirty: dict[Any, Any] = {}
         self._prepared: dict[bytes, bytes | None] | None = None
+        #: While a commit is in flight: the writes it carries (decoded, and encoded for the
+        #: store), and the keys written again since (None: nothing sealed).
+        self._sealed: dict[Any, Any] | None = None
+        self._sealed_batch: dict[bytes, bytes | None] | None = None
+        self._rewritten: set[Any] | None = None
         #: For pending_bytes(): how many pending writes were seen by the last estimate, and the
         #: entries sized so far (a running mean of what one entry costs).
         self._counted = 0
@@ -188,10 +206,14 @@ class PartitionTransaction:
     def set(self, key: Any, value: Any) -> None:
         self._dirty[key] = value
         self._prepared = None
+        if self._rewritten is not None:
+            self._rewritten.add(key)
 
     def delete(self, key: Any) -> None:
         self._dirty[key] = DELETED
         self._prepared = None
+        if self._rewritten is not None:
+            self._rewritten.add(key)
 
     def pending(self, key: Any, default: Any = _MISSING) -> Any:
         """The uncommitted write of ``key`` (a value or DELETED), or ``default``."""
@@ -263,8 +285,44 @@ class PartitionTransaction:
         self._counted = 0
         self._prepared = None
 
+    def seal(self) -> None:
+        """The pending writes go into the commit now in flight (their changelog records are
+        sent): keep them and their encoding for :meth:`commit_sealed`, and remember what is
+        written from now on."""
+        self._sealed_batch = self.prepare()
+        self._sealed = dict(self._dirty)
+        self._rewritten = set()
+
+    @property
+    def sealed(self) -> bool:
+        return self._sealed_batch is not None
+
+    def commit_sealed(self, changelog_offset: int) -> None:
+        """The commit that carried the sealed writes succeeded: make them durable with their
+        changelog offset; what was written since stays pending."""
+        sealed, batch, rewritten = self._sealed, self._sealed_batch, self._rewritten
+        assert sealed is not None and batch is not None and rewritten is not None
+        self._sealed = self._sealed_batch = self._rewritten = None
+        self.partition.write(batch, changelog_offset)
+        dirty = self._dirty
+        if rewritten:
+            for key in sealed:
+                if key not in rewritten:
+                    del dirty[key]
+        else:
+            dirty.clear()
+        if self._cache.enabled:
+            # Committed now; a key rewritten since is read from the pending writes first.
+            sizes = entry_sizes(sealed)
+            self._segment.fill_committed(sealed, sizes)
+            self._sampled_bytes = sum(sizes)
+            self._sampled_entries = len(sizes)
+        self._counted = 0
+        self._prepared = None
+
     def discard(self) -> None:
         """The transaction aborted: forget every pending write and every cached read."""
+        self._sealed = self._sealed_batch = self._rewritten = None
         self._dirty = {}
         self._counted = 0
         self._prepared = None

@@ -307,6 +307,9 @@ class HarnessConsumer:
     def assignment(self) -> set[TopicPartition]:
         return {self.names.local_tp(tp) for tp in self.inner.assignment()}
 
+    def fetch_ready(self) -> bool:
+        return self.inner.fetch_ready()
+
     async def getmany(
         self, timeout_ms: int, max_records: int | None = None
     ) -> Mapping[TopicPartition, Sequence[RecordLike]]:

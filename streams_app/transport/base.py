@@ -215,6 +215,13 @@ class ConsumerClient(Protocol):
 
     def assignment(self) -> set[TopicPartition]: ...
 
+    def fetch_ready(self) -> bool:
+        """Whether ``getmany(timeout_ms=0)`` answers at once, from what is already fetched.
+        False while the group rebalances: the client then waits for the new assignment
+        whatever the timeout, and the worker must not wait there while it holds its
+        processing lock (a commit in flight: runtime/commit.py)."""
+        ...
+
     async def getmany(
         self, timeout_ms: int, max_records: int | None = None
     ) -> Mapping[TopicPartition, Sequence[RecordLike]]: ...

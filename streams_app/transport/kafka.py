@@ -453,6 +453,12 @@ class KafkaConsumerClient:
             return
         self._consumer.assign([_aio(tp) for tp in partitions])
 
+    def fetch_ready(self) -> bool:
+        # aiokafka's fetched_records waits for the assignment while one is in progress; with
+        # timeout 0 it awaits nothing else, so this check and the poll cannot be interleaved.
+        consumer = self._consumer
+        return consumer is not None and not consumer._subscription.reassignment_in_progress
+
     def assignment(self) -> set[TopicPartition]:
         if self._consumer is None:
             return set()

@@ -158,3 +158,68 @@ def test_closed_partition_refuses_use(store: Store) -> None:
     store.close_partition(0)
     with pytest.raises(RuntimeError):
         part.write({b"a": b"1"}, 1)
+
+
+# -- sealed writes: a commit in flight while the worker processes on (runtime/commit.py) ------
+
+
+def test_sealed_writes_reach_the_store_only_at_commit_sealed_and_later_ones_stay_pending(
+    store: Store,
+) -> None:
+    part = store.partition(0)
+    part.write({b"kept": b"1", b"gone": b"2"}, 5)
+    tx = PartitionTransaction(part, StrCodec(), JsonCodec(), ReadCache(1 << 20))
+    tx.set("a", 1)
+    tx.set("b", 1)
+    tx.delete("gone")
+    tx.seal()
+    assert tx.sealed
+    # Processing goes on: reads see the sealed writes, and later writes win over them.
+    assert tx.get("a") == 1 and not tx.contains("gone")
+    tx.set("b", 2)
+    tx.set("c", 1)
+    assert tx.get("b") == 2
+    assert part.get(b"a") is None  # nothing reached the store while the commit is in flight
+    tx.commit_sealed(6)
+    assert not tx.sealed
+    # The store holds exactly what was sealed, with its changelog offset.
+    assert part.get(b"a") == b"1" and part.get(b"b") == b"1" and part.get(b"gone") is None
+    assert part.changelog_offset == 6
+    # What was written since is still pending, for the next commit's changelog and store.
+    assert dict(tx.dirty_items()) == {"b": 2, "c": 1}
+    assert tx.prepare() == {b"b": b"2", b"c": b"1"}
+    # Reads still see the newest values; the committed ones come from the cache or store.
+    assert tx.get("a") == 1 and tx.get("b") == 2 and tx.get("kept") == 1
+    tx.commit(7)
+    assert part.get(b"b") == b"2" and part.get(b"c") == b"1"
+    assert not tx.dirty
+
+
+def test_a_key_rewritten_with_the_same_object_while_sealed_stays_pending(store: Store) -> None:
+    # A mutable value changed in place and written back is the same object: it must still be
+    # written again by the next commit, or the change is lost.
+    part = store.partition(0)
+    tx = PartitionTransaction(part, StrCodec(), JsonCodec(), ReadCache(1 << 20))
+    value = [1]
+    tx.set("k", value)
+    tx.seal()
+    value.append(2)
+    tx.set("k", value)
+    tx.commit_sealed(1)
+    assert part.get(b"k") == b"[1]"
+    assert dict(tx.dirty_items()) == {"k": [1, 2]}
+    tx.commit(2)
+    assert part.get(b"k") == b"[1,2]"
+
+
+def test_discard_while_sealed_drops_sealed_and_later_writes(store: Store) -> None:
+    part = store.partition(0)
+    part.write({b"a": b"1"}, 3)
+    tx = PartitionTransaction(part, StrCodec(), JsonCodec(), ReadCache(1 << 20))
+    tx.set("a", 2)
+    tx.seal()
+    tx.set("b", 1)
+    tx.discard()  # the commit in flight failed: the abort undoes both
+    assert not tx.sealed and not tx.dirty
+    assert tx.get("a") == 1 and tx.get("b", None) is None
+    assert part.get(b"a") == b"1" and part.changelog_offset == 3

@@ -66,6 +66,7 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "max_retries": [-1, 2.5, "3", True],
     "dead_letter_topic": ["", "__consumer_offsets", "__{topic}", "bad name", "a/b", None],
     "lineage_headers": ["no", "false", 0, None],
+    "process_during_commit": ["yes", 1, None],
     "transaction_headers": ["yes", 1, None],
     "gc_young_threshold": [-1, 2.5, "10000", None, True, 20_000_000],
     "restore_timeout": [0, -1, NAN, 5, "300"],

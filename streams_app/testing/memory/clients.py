@@ -198,6 +198,11 @@ class MemoryConsumer(_Client):
         self.positions = {tp: p for tp, p in self.positions.items() if tp in wanted}
         self.paused &= wanted
 
+    def fetch_ready(self) -> bool:
+        # Rebalances happen inside getmany here (as in Java's poll), callbacks included: the
+        # model never polls while a commit is in flight, so it commits as Kafka Streams does.
+        return False
+
     def assignment(self) -> set[TopicPartition]:
         return set(self._assignment)
 
