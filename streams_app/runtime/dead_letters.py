@@ -86,6 +86,9 @@ class DeadLetters:
         self.topics = topics
         self._partition_counts = partition_counts
         self._open: list[tuple[SendFuture, DeadLetter]] = []
+        #: How many of ``_open`` the commit in flight carries (None: no commit in flight);
+        #: letters sent meanwhile belong to the next transaction (runtime/commit.py).
+        self._sealed: int | None = None
         #: Dead letters committed so far (a record sent again after an abort counts once).
         self.committed_count = 0
 
@@ -128,7 +131,7 @@ class DeadLetters:
         Forgets the transaction's dead letters either way: they were aborted with it, and the
         records they came from are dead-lettered again when they come round.
         """
-        sent, self._open = self._open, []
+        sent, self._open, self._sealed = self._open, [], None
         for future, letter in sent:
             if not future.done() or future.cancelled():
                 continue
@@ -138,10 +141,17 @@ class DeadLetters:
 
     def aborted(self) -> None:
         self._open.clear()
+        self._sealed = None
+
+    def seal(self) -> None:
+        """A commit goes into flight while processing goes on: the letters sent so far are
+        the ones it carries."""
+        self._sealed = len(self._open)
 
     def committed(self) -> None:
-        self.committed_count += len(self._open)
+        upto = len(self._open) if self._sealed is None else self._sealed
+        done, self._open, self._sealed = self._open[:upto], self._open[upto:], None
+        self.committed_count += len(done)
         if self._on_committed is not None:
-            for _, letter in self._open:
+            for _, letter in done:
                 self._on_committed(letter.topic)
-        self._open.clear()

@@ -618,6 +618,7 @@ class Worker:
         which needs a commit (``_commit_for_retry``), and none may begin while one is in
         flight. Agent failures propagate (the committer raises them once it is done).
         """
+        self.dead_letters.seal()
         consumer = self.consumer
         stop = self._stop_requested
         while not committing.done() and not stop.is_set() and not self._retried_partitions():

@@ -58,3 +58,23 @@ async def test_an_abort_drops_the_held_sends() -> None:
         await waiter
     await producer.release()  # nothing left to release
     assert "send out" not in transport.calls
+
+
+async def test_dead_letters_sent_while_a_commit_is_in_flight_count_with_the_next_one() -> None:
+    from streams_app.runtime.dead_letters import DeadLetter, DeadLetters
+
+    producer, _ = await _producer()
+    committed: list[str] = []
+    letters = DeadLetters(producer, {"in": "in.dlq"}, {}, on_committed=committed.append)
+
+    def letter(offset: int) -> DeadLetter:
+        return DeadLetter("in", 0, offset, b"k", b"v", [], ValueError("bad"), "agent")
+
+    await letters.send(letter(1))
+    letters.seal()  # a commit goes into flight carrying the first letter
+    producer.hold()
+    await letters.send(letter(2))  # processed meanwhile: the next transaction's
+    letters.committed()
+    assert (letters.committed_count, committed) == (1, ["in"])
+    letters.committed()  # the next commit carries the second
+    assert letters.committed_count == 2
