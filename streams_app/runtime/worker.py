@@ -96,6 +96,10 @@ BUSY_INBOX = 8
 #: beat 8 and 128 in interleaved runs (BENCHMARKS.md, "Processing while the commit is in
 #: flight"); at 128 a commit took 2.5 times as long.
 MEANWHILE_SLICE = 32
+#: Processing busier than this share of the time since the last commit began: the worker is
+#: saturated, and processes on while its commit is in flight (``_meanwhile``). A worker that
+#: keeps up at half its capacity is busy about half the time; a saturated one 85-95%.
+SATURATED = 0.7
 
 H_SRC_TOPIC = "src_topic"
 H_SRC_PARTITION = "src_partition"
@@ -576,7 +580,7 @@ class Worker:
             if committer.due(interval, self.conf.commit_every):
                 if await self._quiescent():
                     self._draining = False
-                    await committer.commit(self._meanwhile)
+                    await committer.commit(self._meanwhile())
                 else:
                     self._draining = True
             self._release_held()
@@ -601,22 +605,35 @@ class Worker:
                 ) from exc
             await self.runner.restart()
 
-    @property
     def _meanwhile(self) -> Meanwhile | None:
-        """What the loop's commits do while in flight (runtime.commit): exactly-once only."""
+        """What this commit does while in flight (runtime.commit): under exactly-once, process
+        on if the worker is saturated.
+
+        Saturated: processing took most of the time since the last commit began, so records
+        are waiting and every millisecond of the commit's waits is throughput lost. A worker
+        with time to spare gains nothing (it processes those records after the commit anyway)
+        and the slices would only delay the commit's answers, and with them every output's
+        visibility: commits took 1-6 ms longer at half capacity (BENCHMARKS.md).
+        """
         conf = self.conf
-        if conf.process_during_commit and conf.processing_guarantee == EXACTLY_ONCE_V2:
-            return self._process_while_committing
-        return None
+        if not conf.process_during_commit or conf.processing_guarantee != EXACTLY_ONCE_V2:
+            return None
+        cost = self._pacer.seconds_per_record
+        committer = self.committer
+        elapsed = self.clock.monotonic() - committer.last_commit
+        if cost is None or committer.records_since_commit * cost < SATURATED * elapsed:
+            return None
+        return self._process_while_committing
 
     async def _process_while_committing(self, committing: asyncio.Future[None]) -> None:
         """Process records already fetched, in slices, until the commit in flight is done.
 
-        It stops early when nothing is fetched, when a stop is requested, when the group
-        starts to rebalance (a poll would wait for the new assignment), and before a record
-        that failed before is due again: that one is retried in a transaction of its own,
-        which needs a commit (``_commit_for_retry``), and none may begin while one is in
-        flight. Agent failures propagate (the committer raises them once it is done).
+        It stops early when the fetched records run out (a slice comes back short), when a
+        stop is requested, when the group starts to rebalance (a poll would wait for the new
+        assignment), and before a record that failed before is due again: that one is retried
+        in a transaction of its own, which needs a commit (``_commit_for_retry``), and none may
+        begin while one is in flight. Agent failures propagate (the committer raises them once
+        it is done).
         """
         self.dead_letters.seal()
         consumer = self.consumer
@@ -634,6 +651,8 @@ class Worker:
             before = self.records_processed
             await self._process(batch, paced=False)
             self.processed_during_commit += self.records_processed - before
+            if sum(map(len, batch.values())) < MEANWHILE_SLICE:
+                return  # what was fetched is done
 
     def _release_held(self, *, all_: bool = False) -> None:
         """Resume partitions held back for busy agents once those agents are idle again (a

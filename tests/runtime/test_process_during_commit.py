@@ -1,15 +1,17 @@
 """Processing while the commit is in flight (``process_during_commit``), on the real broker.
 
-With a backlog, every exactly-once commit finds records already fetched: the worker processes
-them while the commit's gate, offsets and EndTxn are in flight, holding their sends back until
-EndTxn returns. What must hold: those records are counted once, their outputs land in the next
-transaction, the table's store gets only committed writes (a restart on the same state dir
-continues every count), and an agent may await a send made meanwhile.
+A saturated worker (CPU-bound, with a backlog) finds records already fetched at every
+exactly-once commit: it processes them while the commit's gate, offsets and EndTxn are in
+flight, holding their sends back until EndTxn returns. What must hold: those records are
+counted once, their outputs land in the next transaction, the table's store gets only
+committed writes (a restart on the same state dir continues every count), and an agent may
+await a send made meanwhile.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +24,15 @@ from tests.kafka.helpers import create_topics
 from tests.runtime.helpers import running_worker, wait_until
 
 RECORDS = 6_000
+#: CPU per record: the worker counts as saturated (runtime.worker.SATURATED) and processes
+#: while its commits are in flight; without it the test worker waits on fetches as much.
+BUSY_S = 0.0002
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def _app(unique: str, bootstrap: str, **settings: object) -> App:
@@ -33,6 +44,7 @@ def _app(unique: str, bootstrap: str, **settings: object) -> App:
     @app.agent(events)
     async def count(stream):  # type: ignore[no-untyped-def]
         async for key, value in stream.items():
+            _busy(BUSY_S)  # CPU-bound, as a worker with a backlog is: it is saturated
             counts[key] += 1
             future = await totals.send(key=key, value=counts[key])
             if value.endswith(b"000"):  # now and then, wait for the delivery (held or not)
