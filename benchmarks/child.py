@@ -190,6 +190,10 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
 
     clocked(Committer, "_send_changelog", "changelog")
     clocked_sync(Committer, "_apply_state", "state")
+    # A commit that processed records meanwhile applies its sealed writes table by table.
+    from streams_app.state.base import PartitionTransaction
+
+    clocked_sync(PartitionTransaction, "commit_sealed", "state")
     clocked(StreamsProducer, "flush_and_check", "send_gate")
     clocked(StreamsProducer, "commit", "producer_commit")
     from streams_app.transport.kafka import KafkaProducerClient
