@@ -50,6 +50,11 @@ class ChaosConfig:
     drain_timeout: float = 300.0
     #: How long a run may go without any progress before draining gives up.
     stall_timeout: float = 90.0
+    #: Bounds on the phases after the run: each stop-and-restore step, and the verification.
+    #: Past one, the run fails with every task's await chain and each broker's state, so that a
+    #: hang says where it is instead of ending as the test runner's timeout.
+    teardown_timeout: float = 180.0
+    verify_timeout: float = 3600.0
     workdir: Path = Path(".chaos")
     output: Path = Path("chaos-results.json")
 

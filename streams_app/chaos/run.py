@@ -43,6 +43,7 @@ from streams_app.chaos.systems import (
     WorkerSettings,
 )
 from streams_app.chaos.verifier import Verification, Verifier
+from streams_app.chaos.watchdog import bounded
 from streams_app.testing.workers import ASSIGNED
 
 log = logging.getLogger(__name__)
@@ -242,12 +243,18 @@ async def run_system(
                 code = await asyncio.to_thread(worker.terminate, 60.0)
                 if code != 0:
                     result.notes.append(f"worker {index} exited with {code} on the final SIGTERM")
-        if reader is not None:
-            await reader.stop()
-        if monitor is not None:
-            await monitor.stop()
-        await locator.close()
-    await asyncio.to_thread(cluster.ensure_all_running)
+        await bounded(
+            "stopping the reader and the monitor",
+            _stop_observers(reader, monitor, locator),
+            config.teardown_timeout,
+            lambda: _cluster_state(cluster),
+        )
+    await bounded(
+        "bringing every broker back",
+        asyncio.to_thread(cluster.ensure_all_running),
+        config.teardown_timeout,
+        lambda: _cluster_state(cluster),
+    )
 
     gen = generator.result
     result.generator = {
@@ -269,7 +276,9 @@ async def run_system(
         acked=gen.acked,
         quiescence_timeout=system.transaction_timeout + 30.0,
     )
-    verification = await verifier.run()
+    verification = await bounded(
+        "verification", verifier.run(), config.verify_timeout, lambda: _cluster_state(cluster)
+    )
     _fill(result, system, verification, injector.records, workers, config)
     result.seconds = time.monotonic() - started
     if monitor is not None:
@@ -289,6 +298,32 @@ async def run_system(
         )
     (system.workdir / "result.json").write_text(json.dumps(result.asdict(), indent=1))
     return result
+
+
+async def _stop_observers(
+    reader: ConcurrentReader | None, monitor: ProgressMonitor | None, locator: CoordinatorLocator
+) -> None:
+    if reader is not None:
+        await reader.stop()
+    if monitor is not None:
+        await monitor.stop()
+    await locator.close()
+
+
+def _cluster_state(cluster: EmbeddedKafka) -> str:
+    """Each node's process state (a SIGSTOPped broker shows ``T``) and its log's last lines."""
+    lines = []
+    for node in cluster.nodes.values():
+        state = "down"
+        if node.running and node.pid is not None:
+            try:
+                # /proc/<pid>/stat: "pid (comm) state ..."; comm may hold spaces, state follows ")".
+                stat = Path(f"/proc/{node.pid}/stat").read_text()
+                state = f"pid {node.pid}, state {stat.rsplit(')', 1)[1].split()[0]}"
+            except (OSError, IndexError):
+                state = f"pid {node.pid}"
+        lines.append(f"--- node {node.node_id}: {state} ---\n{node.log_tail(15)}")
+    return "\n".join(lines)
 
 
 async def _drain(monitor: ProgressMonitor, config: ChaosConfig, deadline: float | None) -> bool:

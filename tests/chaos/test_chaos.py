@@ -42,6 +42,7 @@ async def test_streams_app_keeps_exactly_once_through_every_kind_of_fault(
         systems=(STREAMS_APP,),
         client_check=False,
         drain_timeout=120.0,
+        verify_timeout=300.0,
         workdir=tmp_path,
     )
     result = await run_system(
