@@ -25,6 +25,7 @@ import aiokafka.errors as aerrors
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from streams_app.aio import within
 from streams_app.kafka.ops_admin import OpsAdmin
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ async def read_topics(
                     if await consumer.position(tp) >= ends[tp]:
                         remaining.discard(tp)
 
-        await asyncio.wait_for(drain(), timeout)
+        await within(drain(), timeout)
         for tp in tps:
             out[tp.topic].extend(by_tp[tp])
         return out

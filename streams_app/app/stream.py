@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from streams_app.aio import within
 from streams_app.app.context import Event, TopicPartitionView, current_event
 
 if TYPE_CHECKING:
@@ -303,7 +304,7 @@ class Stream:
             else:
                 timeout = max(0.0, deadline - asyncio.get_running_loop().time())
                 try:
-                    await asyncio.wait_for(core.wakeup.wait(), timeout)
+                    await within(core.wakeup.wait(), timeout)
                 except TimeoutError:
                     core.settled.clear()  # about to yield what it holds: busy again
                     core.holding = False

@@ -9,6 +9,7 @@ from typing import Any
 
 #: aiokafka logs every refused connection at ERROR; while a broker boots those are expected, so
 #: the aiokafka log filter drops records from threads named so.
+from streams_app.aio import within
 from streams_app.kafka.logs import QUIET_THREAD_PREFIX as _PROBE_THREAD
 
 
@@ -30,8 +31,8 @@ async def fetch_cluster_view(
         **(security or {}),
     )
     try:
-        await asyncio.wait_for(client.bootstrap(), timeout)
-        metadata = await asyncio.wait_for(client.fetch_all_metadata(), timeout)
+        await within(client.bootstrap(), timeout)
+        metadata = await within(client.fetch_all_metadata(), timeout)
         ids = frozenset(b.nodeId for b in metadata.brokers())
         controller = metadata.controller.nodeId if metadata.controller else -1
         return ClusterView(broker_ids=ids, controller_id=controller)

@@ -50,6 +50,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from streams_app.aio import within
 from streams_app.chaos.reader import ConcurrentReader, partitions_of, scan
 from streams_app.kafka import StableConsumer, TransactionalProducer
 from streams_app.testing.workers import WorkerProcess
@@ -245,7 +246,7 @@ class Copier:
     async def _recover(self) -> None:
         """Abort if the producer can, else replace it; either way rewind to committed."""
         try:
-            await asyncio.wait_for(self.producer.abort_transaction(), 30)
+            await within(self.producer.abort_transaction(), 30)
             self.stats.aborted += 1
         except Exception as exc:
             self.stats.error(f"abort:{type(exc).__name__}")

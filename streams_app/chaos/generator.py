@@ -27,6 +27,8 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 
+from streams_app.aio import within
+
 log = logging.getLogger(__name__)
 
 #: Records sent between two checks of the pace (and of acknowledgements).
@@ -131,7 +133,7 @@ class Generator:
                     delay = due - time.monotonic()
                     if delay > 0:
                         try:
-                            await asyncio.wait_for(self._stop.wait(), delay)
+                            await within(self._stop.wait(), delay)
                             break
                         except TimeoutError:
                             pass

@@ -25,6 +25,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from streams_app.aio import within
 from streams_app.chaos.reader import partitions_of
 
 log = logging.getLogger(__name__)
@@ -75,9 +76,10 @@ class ProgressMonitor:
             await self._admin.close()
 
     async def _run(self) -> None:
+        # Ends by cancellation (stop); the loop's waits use `within`, which cannot swallow it.
         while True:
             try:
-                await asyncio.wait_for(self.poll(), 10)
+                await within(self.poll(), 10)
             except Exception as exc:
                 log.debug("progress poll failed: %r", exc)
             await asyncio.sleep(self.interval)
@@ -144,7 +146,7 @@ class ProgressMonitor:
             if remaining <= 0:
                 return None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.next_update(), remaining)
+                await within(self.next_update(), remaining)
 
     async def wait_caught_up(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -153,5 +155,5 @@ class ProgressMonitor:
             if remaining <= 0:
                 return False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.next_update(), remaining)
+                await within(self.next_update(), remaining)
         return True

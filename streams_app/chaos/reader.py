@@ -23,6 +23,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from streams_app.aio import within
+
 log = logging.getLogger(__name__)
 
 RecordHandler = Callable[[Any], None]
@@ -85,7 +87,7 @@ async def scan(
                         remaining.discard(tp)
                         consumer.pause(tp)
 
-        await asyncio.wait_for(drain(), timeout)
+        await within(drain(), timeout)
         return ends
     finally:
         await consumer.stop()
@@ -119,7 +121,7 @@ class ConcurrentReader:
         if self._task is not None:
             task, self._task = self._task, None
             try:
-                await asyncio.wait_for(task, 60)
+                await within(task, 60)
             except TimeoutError:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

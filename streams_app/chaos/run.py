@@ -19,6 +19,7 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from streams_app.aio import within
 from streams_app.broker import EmbeddedKafka
 from streams_app.chaos import invariants as inv
 from streams_app.chaos.config import ChaosConfig
@@ -216,7 +217,7 @@ async def run_system(
         if deadline is not None:
             remaining = max(1.0, deadline - time.monotonic())
             try:
-                await asyncio.wait_for(asyncio.shield(gen_task), remaining)
+                await within(asyncio.shield(gen_task), remaining)
             except TimeoutError:
                 generator.stop()
                 result.notes.append("the generator was stopped early by the time limit")
@@ -343,7 +344,7 @@ async def _drain(monitor: ProgressMonitor, config: ChaosConfig, deadline: float 
         if now > limit or now - last_change > config.stall_timeout:
             return False
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(monitor.next_update(), 5.0)
+            await within(monitor.next_update(), 5.0)
         current = monitor.snapshot()[0]
         if current != last:
             last, last_change = current, time.monotonic()

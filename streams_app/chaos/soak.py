@@ -44,6 +44,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from streams_app.aio import within
 from streams_app.broker import EmbeddedKafka
 from streams_app.chaos.generator import Generator
 from streams_app.chaos.progress import ProgressMonitor
@@ -172,7 +173,7 @@ class Poisoner:
         try:
             while not self._stop.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), self.every)
+                    await within(self._stop.wait(), self.every)
                     break
                 try:
                     if producer is None:
@@ -243,7 +244,7 @@ async def _sample(
             log.error("soak: the worker exited (code %s)", worker.returncode)
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every)
+            await within(stop.wait(), every)
 
 
 async def measure_capacity(

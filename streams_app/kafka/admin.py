@@ -19,6 +19,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.protocol.admin import ApiVersionRequest
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
+from streams_app.aio import within
 from streams_app.errors import BrokerTooOld, BrokerUnavailable, StreamsAppError, TopologyError
 from streams_app.kafka.diagnose import diagnose
 from streams_app.kafka.protocol import (
@@ -309,7 +310,7 @@ class KafkaAdmin:
         # Every broker at once, briefly: one that is down or frozen must not delay the start
         # (its limits are normally the same as the others').
         answers = await asyncio.gather(
-            *(asyncio.wait_for(ask(node), _LIMITS_TIMEOUT_S) for node in sorted(brokers)),
+            *(within(ask(node), _LIMITS_TIMEOUT_S) for node in sorted(brokers)),
             return_exceptions=True,
         )
         responses = []

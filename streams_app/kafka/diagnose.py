@@ -27,6 +27,7 @@ from typing import Any
 import aiokafka.errors as aerrors
 from aiokafka.conn import create_conn
 
+from streams_app.aio import within
 from streams_app.errors import (
     BrokerAuthenticationError,
     BrokerSecurityMismatch,
@@ -120,7 +121,7 @@ async def _speaks_tls(host: str, port: int) -> bool:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     try:
-        _, writer = await asyncio.wait_for(
+        _, writer = await within(
             asyncio.open_connection(host, port, ssl=context), _TIMEOUT_MS / 1000
         )
     except Exception:

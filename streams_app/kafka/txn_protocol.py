@@ -41,6 +41,8 @@ from aiokafka.protocol.types import (
     TaggedFields,
 )
 
+from streams_app.aio import within
+
 LIST_TRANSACTIONS_KEY = 66
 DESCRIBE_TRANSACTIONS_KEY = 65
 DESCRIBE_PRODUCERS_KEY = 61
@@ -192,7 +194,7 @@ async def list_everywhere(
     """
     answers = await asyncio.gather(
         *(
-            asyncio.wait_for(
+            within(
                 send(node, ListTransactionsRequest(states, producer_ids, running_longer_than_ms)),
                 timeout,
             )

@@ -28,6 +28,7 @@ from typing import Any
 
 import psycopg
 
+from streams_app.aio import within
 from streams_app.errors import ConfigError, StreamsAppError
 from streams_app.postgres import schema
 from streams_app.postgres.connection import (
@@ -286,7 +287,7 @@ class OutboxRelay:
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+            await within(self._stop.wait(), seconds)
 
     async def _database_lost(self, exc: BaseException) -> None:
         log.warning(

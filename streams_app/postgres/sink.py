@@ -46,6 +46,7 @@ from typing import Any
 
 import psycopg
 
+from streams_app.aio import within
 from streams_app.app.postgres import PostgresSink, SinkRecord
 from streams_app.codecs import DecodeError
 from streams_app.errors import ConfigError, StreamsAppError, WorkerStopped
@@ -263,7 +264,7 @@ class SinkRunner:
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+            await within(self._stop.wait(), seconds)
 
     # -- the database connection ----------------------------------------------------------
 

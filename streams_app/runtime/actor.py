@@ -12,7 +12,6 @@ transaction) and subscribe the actor to that topic instead.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import itertools
 import logging
@@ -20,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from streams_app.aio import cancel_and_wait, within
 from streams_app.app import names
 from streams_app.app.channel import Channel
 from streams_app.app.context import Event, TopicPartitionView, current_event, current_runtime
@@ -97,9 +97,7 @@ class Actor:
     async def cancel(self) -> None:
         task, self.task = self.task, None
         if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_and_wait(task, f"agent {self.name}")
 
     def regroup(
         self,
@@ -190,7 +188,7 @@ class AgentRunner:
                 await asyncio.gather(*(a.input.wait_settled() for a in busy))
 
         try:
-            await asyncio.wait_for(all_settled(), timeout)
+            await within(all_settled(), timeout)
         except TimeoutError:
             stuck = [a.name for a in self.actors if not a.input.settled]
             raise RuntimeError(

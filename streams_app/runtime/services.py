@@ -10,11 +10,11 @@ What tasks and services send goes through a plain idempotent producer (at-least-
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
+from streams_app.aio import cancel_and_wait
 from streams_app.app import background
 
 if TYPE_CHECKING:
@@ -58,12 +58,11 @@ class Services:
             log.exception("task %s failed (it is not restarted)", task.name)
 
     async def stop(self) -> None:
-        tasks, self.tasks = list(self.tasks.values()), {}
-        for task in tasks:
+        tasks, self.tasks = dict(self.tasks), {}
+        for task in tasks.values():
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        for name, task in tasks.items():
+            await cancel_and_wait(task, f"task {name}")
         for service in reversed(self.started_services):
             stop = getattr(service, "stop", None)
             if stop is None:

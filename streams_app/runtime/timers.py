@@ -10,10 +10,10 @@ come from this very worker) but no commit happens until it has finished.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from streams_app.aio import cancel_and_wait
 from streams_app.app import background
 from streams_app.app.context import TaskScope, current_task
 from streams_app.runtime.clock import Clock
@@ -153,8 +153,7 @@ class TimerScheduler:
                 run.task.cancel()
         for run in runs:
             if run.task is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await run.task
+                await cancel_and_wait(run.task, f"timer {run.timer.name}")
 
     def next_due_in(self) -> float | None:
         if not self.due:

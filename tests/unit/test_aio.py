@@ -1,0 +1,156 @@
+"""A cancelled task that waits in a loop must end: ``within`` never loses a cancellation.
+
+On Python 3.11 ``asyncio.wait_for`` returns the result instead of raising ``CancelledError``
+when the cancel lands in the iteration in which the awaited future completes; the task carries
+on, and whoever awaits it hangs. That stalled a chaos run after its workers had stopped (its
+progress monitor's poll loop). The project bans ``wait_for`` (ruff TID251) for ``within``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from streams_app.aio import cancel_and_wait, within
+from streams_app.chaos.progress import ProgressMonitor
+
+ROUNDS = 300
+
+
+async def _cancel_at_every_point(make_task: object) -> list[int]:
+    """Start a looping task, let it run 0-6 loop iterations, cancel it; the rounds after which
+    it was still running a second later (a lost cancellation)."""
+    lost = []
+    for round_ in range(ROUNDS):
+        task = make_task()  # type: ignore[operator]
+        for _ in range(round_ % 7):
+            await asyncio.sleep(0)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=1.0)
+        if not done:
+            lost.append(round_)
+            while not task.done():  # end it, so that one loss does not hang the test
+                task.cancel()
+                await asyncio.wait({task}, timeout=0.1)
+    return lost
+
+
+async def test_within_never_loses_a_cancellation() -> None:
+    polls = 0
+
+    async def poll() -> int:
+        nonlocal polls
+        await asyncio.sleep(0)
+        polls += 1
+        return polls
+
+    async def poller() -> None:
+        while True:
+            await within(poll(), 10)
+            await asyncio.sleep(0)
+
+    assert await _cancel_at_every_point(lambda: asyncio.create_task(poller())) == []
+    assert polls > ROUNDS  # the cancels did land between and during polls
+
+
+async def test_within_times_out_and_cancels_what_it_waited_on() -> None:
+    waited = asyncio.Event()
+    cancelled = False
+
+    async def slow() -> None:
+        nonlocal cancelled
+        waited.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+
+    try:
+        await within(slow(), 0.05)
+    except TimeoutError:
+        pass
+    else:
+        raise AssertionError("within() returned without its awaitable finishing")
+    assert waited.is_set() and cancelled
+    assert await within(asyncio.sleep(0, result="ok"), None) == "ok"
+
+
+class _FastMonitor(ProgressMonitor):
+    """The chaos progress monitor with a poll that answers at once (no broker)."""
+
+    polls = 0
+
+    async def poll(self) -> None:
+        await asyncio.sleep(0)
+        self.polls += 1
+
+
+async def test_the_progress_monitor_stops_whenever_it_is_stopped() -> None:
+    monitor = _FastMonitor("127.0.0.1:1", "group", ["topic"], interval=0)
+    lost: list[int] = []
+    for round_ in range(ROUNDS):
+        monitor._task = asyncio.create_task(monitor._run())
+        for _ in range(round_ % 7):
+            await asyncio.sleep(0)
+        stopping = asyncio.create_task(monitor.stop())
+        done, _ = await asyncio.wait({stopping}, timeout=1.0)
+        if not done:
+            lost.append(round_)
+            task = monitor._task
+            while task is not None and not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=0.1)
+            await stopping
+    assert lost == []
+    assert monitor.polls > ROUNDS
+
+
+async def test_cancel_and_wait_ends_a_task_that_swallowed_its_cancellation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """User code (an agent, a timer) may swallow a cancel; the rebalance must not hang on it."""
+    swallowed = 0
+    cleaned_up = False
+
+    async def stubborn_agent() -> None:
+        nonlocal swallowed, cleaned_up
+        try:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                swallowed += 1  # as a lost cancel looks: the agent simply goes on waiting
+            await asyncio.Event().wait()
+        finally:
+            cleaned_up = True
+
+    task = asyncio.create_task(stubborn_agent())
+    await asyncio.sleep(0)  # let it reach its first wait
+    with caplog.at_level(logging.WARNING, logger="streams_app.aio"):
+        await cancel_and_wait(task, "agent stubborn", again_after=0.05)
+    assert task.cancelled() and swallowed == 1 and cleaned_up
+    assert "agent stubborn carried on" in caplog.text
+
+
+async def test_cancel_and_wait_lets_a_clean_up_finish_and_keeps_quiet() -> None:
+    closed = asyncio.Event()
+
+    async def agent() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0)  # an await in the clean-up, as closing a client has
+            closed.set()
+
+    async def failed() -> None:
+        raise ValueError("already failed")
+
+    task = asyncio.create_task(agent())
+    await asyncio.sleep(0)
+    await cancel_and_wait(task, "agent", again_after=5.0)
+    assert closed.is_set()
+    broken = asyncio.create_task(failed())
+    await asyncio.wait({broken})
+    await cancel_and_wait(broken, "task broken")  # ended already: returns, raises nothing
