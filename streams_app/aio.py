@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -31,30 +31,66 @@ async def within(awaitable: Awaitable[T], timeout: float | None) -> T:
         return await awaitable
 
 
-#: How long a cancelled task may carry on before it is cancelled again.
-RECANCEL_AFTER_S = 5.0
+#: How long cancelled tasks may carry on before they are cancelled again: longer than a
+#: client's own clean-up on cancel (psycopg waits up to 5 + 5 s for a query's cancellation).
+RECANCEL_AFTER_S = 12.0
+#: Cancels after the first before the tasks are left running with an error in the log: an
+#: endless rebalance or shutdown would be worse than a task that outlives its owner.
+RECANCEL_ATTEMPTS = 5
 
 
 async def cancel_and_wait(
-    task: asyncio.Future[Any], what: str, *, again_after: float = RECANCEL_AFTER_S
+    tasks: Mapping[str, asyncio.Future[Any]],
+    *,
+    again_after: float = RECANCEL_AFTER_S,
+    attempts: int = RECANCEL_ATTEMPTS,
 ) -> None:
-    """Cancel ``task`` and wait until it has ended, whatever it ends with.
+    """Cancel ``tasks`` (named by the keys, for the log) and wait until they have ended,
+    whatever they end with.
 
     For tasks that run *user code* (agents, timers, background tasks): a user's own
     ``asyncio.wait_for`` can swallow the cancellation (see the module docstring), and a plain
-    ``cancel(); await task`` would then hang a rebalance or a shutdown. A task still running
-    ``again_after`` seconds after a cancel is cancelled again, with a warning naming it. A
-    well-behaved task's clean-up gets that long to finish.
+    ``cancel(); await task`` would then hang a rebalance or a shutdown. Each task is
+    cancelled once and all are awaited together, so that one's clean-up never interrupts
+    another's; those still running ``again_after`` seconds later are cancelled again, with a
+    warning that names them, up to ``attempts`` times.
+
+    If the caller itself is cancelled meanwhile, the tasks still end first (they are
+    cancelled already), and then the caller's cancellation goes on: as a cancel scope does
+    in trio or anyio.
     """
-    while not task.done():
+    if again_after <= 0:
+        raise ValueError("again_after must be positive")
+    pending = {task: what for what, task in tasks.items() if not task.done()}
+    for task in pending:
         task.cancel()
-        done, _ = await asyncio.wait({task}, timeout=again_after)
-        if not done:
-            log.warning(
-                "%s carried on %.0fs after it was cancelled (did it swallow the "
-                "cancellation, e.g. with asyncio.wait_for?); cancelling it again",
-                what,
-                again_after,
-            )
-    if not task.cancelled():
-        task.exception()  # retrieved: the caller asked for the task to end, not for its outcome
+    interrupted = False
+    recancels = 0
+    while pending:
+        try:
+            done, _ = await asyncio.wait(pending, timeout=again_after)
+        except asyncio.CancelledError:
+            interrupted = True
+            continue
+        for task in done:
+            del pending[task]
+        if not pending:
+            break
+        names = ", ".join(sorted(pending.values()))
+        if recancels >= attempts:
+            log.error("%s still running %d cancellations later; left running", names, recancels + 1)
+            break
+        recancels += 1
+        log.warning(
+            "%s carried on %.0fs after being cancelled (a swallowed cancellation, e.g. by "
+            "asyncio.wait_for?); cancelling again",
+            names,
+            again_after,
+        )
+        for task in pending:
+            task.cancel()
+    for task in tasks.values():
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: the caller asked for it to end, not for its outcome
+    if interrupted:
+        raise asyncio.CancelledError

@@ -7,9 +7,10 @@ import concurrent.futures
 from dataclasses import dataclass
 from typing import Any
 
+from streams_app.aio import within
+
 #: aiokafka logs every refused connection at ERROR; while a broker boots those are expected, so
 #: the aiokafka log filter drops records from threads named so.
-from streams_app.aio import within
 from streams_app.kafka.logs import QUIET_THREAD_PREFIX as _PROBE_THREAD
 
 

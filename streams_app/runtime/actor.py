@@ -97,7 +97,7 @@ class Actor:
     async def cancel(self) -> None:
         task, self.task = self.task, None
         if task is not None and not task.done():
-            await cancel_and_wait(task, f"agent {self.name}")
+            await cancel_and_wait({f"agent {self.name}": task})
 
     def regroup(
         self,

@@ -58,11 +58,8 @@ class Services:
             log.exception("task %s failed (it is not restarted)", task.name)
 
     async def stop(self) -> None:
-        tasks, self.tasks = dict(self.tasks), {}
-        for task in tasks.values():
-            task.cancel()
-        for name, task in tasks.items():
-            await cancel_and_wait(task, f"task {name}")
+        tasks, self.tasks = self.tasks, {}
+        await cancel_and_wait({f"task {name}": task for name, task in tasks.items()})
         for service in reversed(self.started_services):
             stop = getattr(service, "stop", None)
             if stop is None:

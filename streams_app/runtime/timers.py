@@ -148,12 +148,9 @@ class TimerScheduler:
     async def cancel(self) -> None:
         """Abort: the runs' work is being undone, and they must not go on sending."""
         runs, self.running = list(self.running.values()), {}
-        for run in runs:
-            if run.task is not None and not run.task.done():
-                run.task.cancel()
-        for run in runs:
-            if run.task is not None:
-                await cancel_and_wait(run.task, f"timer {run.timer.name}")
+        await cancel_and_wait(
+            {f"timer {run.timer.name}": run.task for run in runs if run.task is not None}
+        )
 
     def next_due_in(self) -> float | None:
         if not self.due:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from streams_app.aio import cancel_and_wait
 from streams_app.runtime.task import RUNNING
 from streams_app.runtime.worker import Worker
 from streams_app.testing.backends import Backend, KafkaBackend, MemoryBackend, Piped, RawInput
@@ -256,15 +257,16 @@ class TopologyDriver:
             with contextlib.suppress(HarnessError):
                 await self._drive(stopped, commit=False)
         finally:
-            for handle in self.workers:
-                if handle.task is not None and not handle.task.done():
-                    handle.task.cancel()
-                    with contextlib.suppress(BaseException):
-                        await handle.task
-            if self._opened:
-                await self.backend.close()
-            if self._own_state_dir:
-                shutil.rmtree(self.state_root, ignore_errors=True)
+            try:
+                # A worker's agents run user code, which may swallow a cancel: re-cancelled.
+                await cancel_and_wait(
+                    {f"worker {h.name}": h.task for h in self.workers if h.task is not None}
+                )
+            finally:
+                if self._opened:
+                    await self.backend.close()
+                if self._own_state_dir:
+                    shutil.rmtree(self.state_root, ignore_errors=True)
 
     # -- workers ---------------------------------------------------------------------------
 

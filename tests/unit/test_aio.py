@@ -129,7 +129,7 @@ async def test_cancel_and_wait_ends_a_task_that_swallowed_its_cancellation(
     task = asyncio.create_task(stubborn_agent())
     await asyncio.sleep(0)  # let it reach its first wait
     with caplog.at_level(logging.WARNING, logger="streams_app.aio"):
-        await cancel_and_wait(task, "agent stubborn", again_after=0.05)
+        await cancel_and_wait({"agent stubborn": task}, again_after=0.05)
     assert task.cancelled() and swallowed == 1 and cleaned_up
     assert "agent stubborn carried on" in caplog.text
 
@@ -149,8 +149,79 @@ async def test_cancel_and_wait_lets_a_clean_up_finish_and_keeps_quiet() -> None:
 
     task = asyncio.create_task(agent())
     await asyncio.sleep(0)
-    await cancel_and_wait(task, "agent", again_after=5.0)
+    await cancel_and_wait({"agent": task}, again_after=5.0)
     assert closed.is_set()
     broken = asyncio.create_task(failed())
     await asyncio.wait({broken})
-    await cancel_and_wait(broken, "task broken")  # ended already: returns, raises nothing
+    await cancel_and_wait({"task broken": broken})  # ended already: returns, raises nothing
+
+
+async def test_one_task_s_clean_up_does_not_interrupt_another_s() -> None:
+    """All are cancelled once and awaited together: a second cancel would cut a clean-up that
+    awaits (closing a client) short."""
+    finished: list[str] = []
+
+    async def task_with_clean_up(name: str) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            for _ in range(3):  # a clean-up that takes several loop iterations
+                await asyncio.sleep(0)
+            finished.append(name)
+
+    tasks = {name: asyncio.create_task(task_with_clean_up(name)) for name in ("a", "b", "c")}
+    await asyncio.sleep(0)
+    await cancel_and_wait(tasks)
+    assert sorted(finished) == ["a", "b", "c"]
+
+
+async def test_the_caller_s_cancellation_goes_on_after_the_tasks_ended() -> None:
+    ended = asyncio.Event()
+    entered = asyncio.Event()
+
+    async def slow_clean_up() -> None:
+        try:
+            entered.set()
+            await asyncio.Event().wait()
+        finally:
+            for _ in range(5):
+                await asyncio.sleep(0)
+            ended.set()
+
+    child = asyncio.create_task(slow_clean_up())
+    await entered.wait()
+
+    async def owner() -> None:
+        await cancel_and_wait({"child": child})
+
+    owning = asyncio.create_task(owner())
+    await asyncio.sleep(0)  # the owner is now waiting for its child
+    owning.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await owning
+    assert ended.is_set() and child.cancelled()
+
+
+async def test_a_task_that_never_ends_is_left_running_with_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    released = False
+
+    async def immortal() -> None:
+        while not released:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                continue
+
+    task = asyncio.create_task(immortal())
+    await asyncio.sleep(0)
+    with caplog.at_level(logging.WARNING, logger="streams_app.aio"):
+        await cancel_and_wait({"timer immortal": task}, again_after=0.02, attempts=2)
+    assert not task.done()
+    assert "timer immortal still running 3 cancellations later; left running" in caplog.text
+    released = True  # the test's own clean-up: the next cancel ends it
+    task.cancel()
+    await asyncio.wait({task})
+    with pytest.raises(ValueError, match="again_after"):
+        await cancel_and_wait({"x": task}, again_after=0)
