@@ -273,8 +273,15 @@ async def measure(
     log_path: Path,
     client: str = "confluent",
     warmup: float = 0.0,
+    broker_pid: int | None = None,
 ) -> dict[str, Any]:
     from benchmarks.check import end_offsets
+    from benchmarks.run import cpu_seconds
+
+    def cpu_now() -> tuple[float | None, float | None, float]:
+        # The worker, the broker, and this process: the generator and the reader (librdkafka's
+        # threads count in this process's CPU time).
+        return cpu_seconds(proc.pid), cpu_seconds(broker_pid), time.process_time()
 
     drive = CLIENTS[client]
     await _commit_group_at_end(bootstrap, group, input_topic)
@@ -291,10 +298,13 @@ async def measure(
     try:
         await _wait_stable(bootstrap, group)
         started = time.monotonic()
+        cpu_before = cpu_now()
         produced, achieved = await drive(
             load,
             _Run(bootstrap, input_topic, output_topic, out_start, rate, seconds + warmup),
         )
+        cpu_after = cpu_now()
+        window = time.monotonic() - started
     finally:
         if proc.returncode is None:
             proc.terminate()
@@ -330,6 +340,16 @@ async def measure(
         "max_ms": pct(1.0),
         "mean_ms": round(statistics.fmean(latencies) * 1000, 1) if latencies else None,
         "warmup_s": warmup,
+        # Where the machine's cores went over the round (seconds of CPU in window_s).
+        "cpu_s": {
+            "window_s": round(window, 1),
+            **{
+                name: None if a is None or b is None else round(b - a, 2)
+                for name, a, b in zip(
+                    ("worker", "broker", "generator_and_reader"), cpu_before, cpu_after, strict=True
+                )
+            },
+        },
         # p99 (ms) of the outputs of each second's inputs, warm-up included: a tail that is
         # a transient shows here as a few bad seconds, a steady one as all of them.
         "p99_ms_by_second": [

@@ -640,6 +640,7 @@ async def measure_latencies(
     summary: dict[str, Any],
     workdir: Path,
     systems: list[System],
+    broker_pid: int | None,
 ) -> dict[str, Any]:
     """``--latency``: produce-to-visible latency of streams_app per guarantee, at half of the
     capacity this run measured (``--latency-rate`` when given or not measured); with
@@ -674,6 +675,7 @@ async def measure_latencies(
             log_path=workdir / f"{group}.log",
             client=client,
             warmup=warmup,
+            broker_pid=broker_pid,
         )
 
     if measured and args.latency_broker_warmup > 0:
@@ -698,13 +700,16 @@ async def measure_latencies(
                 result["commit_interval_s"] = commit_interval_for(system, args)
                 results[name] = result
                 commits, gaps = result["worker_commit_ms"], result["worker_commit_gap_ms"]
+                cpu = result["cpu_s"]
                 print(
                     f"  latency {name:<5} at {result['rate_achieved']:,}/s: p50 "
                     f"{result['p50_ms']} ms, p99 {result['p99_ms']} ms, max {result['max_ms']} ms "
                     f"(commit interval {result['commit_interval_s'] * 1000:.0f} ms, "
                     f"{result['missing']} outputs missing); the worker's commits took "
                     f"p50 {commits.get('p50')} / p99 {commits.get('p99')} ms, began "
-                    f"p50 {gaps.get('p50')} / p99 {gaps.get('p99')} ms apart; p99 by second "
+                    f"p50 {gaps.get('p50')} / p99 {gaps.get('p99')} ms apart; CPU seconds in "
+                    f"{cpu['window_s']} s: worker {cpu['worker']}, broker {cpu['broker']}, "
+                    f"generator and reader {cpu['generator_and_reader']}; p99 by second "
                     f"{result['p99_ms_by_second']}",
                     flush=True,
                 )
@@ -848,7 +853,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         latency: dict[str, Any] = {}
         if args.latency:
             try:
-                latency = await measure_latencies(args, bootstrap, summary, workdir, systems)
+                latency = await measure_latencies(
+                    args, bootstrap, summary, workdir, systems, broker_pid
+                )
             except Exception as exc:  # never lose the throughput rounds to it
                 print(f"  latency FAILED: {exc!r}", flush=True)
                 latency = {"error": repr(exc)[:2000]}
