@@ -25,7 +25,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from streams_app.aio import within
+from streams_app.aio import cancel_and_wait, within
 from streams_app.chaos.reader import partitions_of
 
 log = logging.getLogger(__name__)
@@ -66,10 +66,8 @@ class ProgressMonitor:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+            task, self._task = self._task, None
+            await cancel_and_wait({"chaos progress monitor": task})
         with contextlib.suppress(Exception):
             await self._consumer.stop()
         with contextlib.suppress(Exception):
