@@ -10,6 +10,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -29,6 +30,12 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(["sleep", "120"])
+    # Popen can return before the child's /proc/<pid>/cmdline shows the new program (seen once
+    # in CI as an empty command); the kernel offers no event for it, so poll with a deadline.
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    deadline = time.monotonic() + 10
+    while not cmdline.read_bytes().startswith(b"sleep") and time.monotonic() < deadline:
+        time.sleep(0.01)
     try:
         yield proc
     finally:
