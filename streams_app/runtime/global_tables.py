@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from streams_app.aio import cancel_and_wait
 from streams_app.app.context import MISSING
 from streams_app.state.base import Store
 from streams_app.state.restore import restore_partitions
@@ -134,9 +135,7 @@ class GlobalTables:
     async def stop(self) -> None:
         reader, self._reader = self._reader, None
         if reader is not None:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
+            await cancel_and_wait({"global table reader": reader})
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             with contextlib.suppress(Exception):

@@ -40,6 +40,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
+from streams_app.aio import cancel_and_wait
 from streams_app.app.context import SendFuture
 from streams_app.runtime.clock import Cancellable, Clock, SystemClock
 from streams_app.runtime.metrics import ProducerStats
@@ -599,10 +600,8 @@ class StreamsProducer:
         self._open.clear()
         self._queue.clear()
         shipper, self._shipper = self._shipper, None
-        if shipper is not None and not shipper.done():
-            shipper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await shipper
+        if shipper is not None:
+            await cancel_and_wait({"producer batch shipper": shipper})
         self._ship_errors.clear()
         for batch in dropped:
             batch.future.cancel()

@@ -36,6 +36,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from streams_app.aio import cancel_and_wait
 from streams_app.codecs import _reconstruct, json_dumps, json_loads
 from streams_app.runtime.plain_producer import PlainProducer
 from streams_app.transport.base import (
@@ -280,9 +281,7 @@ class RpcClient:
     async def stop(self) -> None:
         reader, self._reader = self._reader, None
         if reader is not None:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
+            await cancel_and_wait({"rpc reply reader": reader})
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             with contextlib.suppress(Exception):

@@ -39,6 +39,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from streams_app.aio import cancel_and_wait
 from streams_app.runtime.task import TaskId
 from streams_app.state.base import StorePartition
 from streams_app.state.restore import ChangelogOffsets, resume_offset
@@ -175,9 +176,7 @@ class StandbyUpdater:
         self.update({})
         runner, self._runner = self._runner, None
         if runner is not None:
-            runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await runner
+            await cancel_and_wait({"standby changelog reader": runner})
         # Straight to stop(), no assign([]) first: aiokafka's fetcher, cancelled while it
         # reacts to losing its assignment, swallows the cancellation and stop() never returns.
         with contextlib.suppress(Exception):

@@ -8,11 +8,14 @@ progress monitor's poll loop). The project bans ``wait_for`` (ruff TID251) for `
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import logging
+from pathlib import Path
 
 import pytest
 
+import streams_app
 from streams_app.aio import cancel_and_wait, within
 from streams_app.chaos.progress import ProgressMonitor
 
@@ -225,3 +228,30 @@ async def test_a_task_that_never_ends_is_left_running_with_an_error(
     await asyncio.wait({task})
     with pytest.raises(ValueError, match="again_after"):
         await cancel_and_wait({"x": task}, again_after=0)
+
+
+def _suppresses_cancel(item: ast.withitem) -> bool:
+    call = item.context_expr
+    if not isinstance(call, ast.Call):
+        return False
+    name = ast.unparse(call.func)
+    if name not in ("suppress", "contextlib.suppress"):
+        return False
+    names = {ast.unparse(arg) for arg in call.args}
+    return bool(names & {"CancelledError", "asyncio.CancelledError"})
+
+
+def test_no_task_is_ended_by_cancel_then_a_suppressed_await() -> None:
+    """``task.cancel(); with suppress(CancelledError): await task`` swallows the *caller's*
+    cancellation too (the stopper carries on as if not cancelled), and hangs for ever on a task
+    that swallowed its own; every task streams_app ends goes through ``cancel_and_wait``."""
+    found = []
+    for path in sorted(Path(streams_app.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.With | ast.AsyncWith)
+                and any(_suppresses_cancel(item) for item in node.items)
+                and any(isinstance(inner, ast.Await) for inner in ast.walk(node))
+            ):
+                found.append(f"{path.name}:{node.lineno}")
+    assert not found, f"cancel-then-suppress instead of cancel_and_wait at {found}"
