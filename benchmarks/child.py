@@ -88,6 +88,9 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
     # against this machine's clock) and how long it then waited for its commit to begin.
     trace = os.environ.get("BENCH_TRACE_LATENCY") == "1"
     fetch_age: list[float] = []
+    #: Records per poll that returned any: live input comes in small polls, a backlog in full
+    #: ones, and every poll has a fixed cost (dispatch, settle, the commit check).
+    poll_sizes: list[float] = []
     awaiting_commit: list[float] = []
     until_commit: list[float] = []
 
@@ -97,6 +100,9 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
             first()
         if trace and self._config.group_id is not None:
             wall, now = time.time() * 1000, time.monotonic()
+            size = sum(map(len, batch.values()))
+            if size:
+                poll_sizes.append(size / 1000)  # _percentiles reports ms: x1000 gives records
             for records in batch.values():
                 for r in records[::8]:
                     fetch_age.append((wall - r.timestamp) / 1000)
@@ -229,6 +235,7 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
         "gc_pause_ms": {f"gen{g}": _percentiles(v) for g, v in gc_pauses.items()},
         "fetch_age_ms": _percentiles(fetch_age),
         "fetched_to_commit_ms": _percentiles(until_commit),
+        "poll_records": _percentiles(poll_sizes),
         # The slowest 2% of commits, by phase (ms): what a latency tail is made of.
         "slowest_commits_ms": [
             {"total": round(took * 1000, 1), **{k: round(v * 1000, 1) for k, v in p.items()}}

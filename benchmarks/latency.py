@@ -365,6 +365,8 @@ async def measure(
         # then the wait from the fetch to the beginning of the commit that covers it.
         "worker_fetch_age_ms": stats.get("fetch_age_ms", {}),
         "worker_fetched_to_commit_ms": stats.get("fetched_to_commit_ms", {}),
+        # How many records each of the worker's polls brought (p50/p90/p99/max; n polls).
+        "worker_poll_records": stats.get("poll_records", {}),
     }
 
 
