@@ -121,6 +121,10 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
     commits: list[tuple[float, float]] = []
     #: Per commit, seconds by phase (filled by ``clocked`` below); kept for the slowest ones.
     this_commit: dict[str, float] = {}
+    #: The latency mode's marks of every exactly-once commit: (sealed, EndTxn answered), both
+    #: monotonic (one clock for every process on Linux: the harness compares them with the
+    #: times its reader saw each output).
+    commit_marks: list[tuple[float, float]] = []
     commit_phases: list[tuple[float, dict[str, float]]] = []
 
     async def timed(self: Committer, *args: Any, **kwargs: Any) -> bool:
@@ -142,6 +146,10 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
                 if committed:
                     commits.append((t0, took))
                     commit_phases.append((took, dict(this_commit)))
+                    if trace and "end_txn_at" in this_commit:
+                        # Sealed once its changelog was sent (runtime/commit.py, step 1).
+                        sealed = t0 + this_commit.get("changelog", 0.0)
+                        commit_marks.append((sealed, this_commit["end_txn_at"]))
 
     Committer.commit = timed  # type: ignore[method-assign]
 
@@ -206,6 +214,14 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
 
     clocked(KafkaProducerClient, "send_offsets_to_transaction", "offsets")
     clocked(KafkaProducerClient, "commit_transaction", "end_txn")
+    end_txn = KafkaProducerClient.commit_transaction
+
+    async def marked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await end_txn(self, *args, **kwargs)
+        this_commit["end_txn_at"] = time.monotonic()  # a mark, not a phase: left out below
+        return result
+
+    KafkaProducerClient.commit_transaction = marked  # type: ignore[method-assign]
 
     import importlib
 
@@ -238,10 +254,14 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
         "poll_records": _percentiles(poll_sizes),
         # The slowest 2% of commits, by phase (ms): what a latency tail is made of.
         "slowest_commits_ms": [
-            {"total": round(took * 1000, 1), **{k: round(v * 1000, 1) for k, v in p.items()}}
+            {
+                "total": round(took * 1000, 1),
+                **{k: round(v * 1000, 1) for k, v in p.items() if k != "end_txn_at"},
+            }
             for took, p in sorted(commit_phases, key=lambda c: c[0])[-max(1, len(commits) // 50) :]
         ],
         "transaction_version": seen_version[0],
+        "commit_marks": [(round(a, 6), round(b, 6)) for a, b in commit_marks],
     }
 
 

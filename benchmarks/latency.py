@@ -367,7 +367,51 @@ async def measure(
         "worker_fetched_to_commit_ms": stats.get("fetched_to_commit_ms", {}),
         # How many records each of the worker's polls brought (p50/p90/p99/max; n polls).
         "worker_poll_records": stats.get("poll_records", {}),
+        # Exactly-once: each output's latency cut at its commit's seal and EndTxn answer.
+        "breakdown_ms": breakdown(
+            [(at, lat) for at, lat in load.latencies if at >= steady],
+            stats.get("commit_marks") or [],
+        ),
     }
+
+
+def breakdown(
+    latencies: list[tuple[float, float]], marks: list[tuple[float, float]]
+) -> dict[str, Any]:
+    """Where each output's latency went, by the commit that made it visible: the last one whose
+    EndTxn was answered before the reader saw it. ``to_seal``: from the input's produce call to
+    that commit's seal (the producer's linger, the worker's fetch, its processing, the wait for
+    the commit to begin); ``seal_to_end``: the commit's round trips (send gate, offsets,
+    EndTxn); ``end_to_read``: the broker's transaction markers and the reader's fetch. For all
+    outputs and for the slowest 1% (what the p99 is made of); empty without marks (at-least-once
+    has no transactions)."""
+    if not latencies or not marks:
+        return {}
+    import bisect
+
+    ends = [end for _, end in marks]
+    parts: list[tuple[float, float, float, float]] = []
+    for at, lat in latencies:
+        read = at + lat
+        i = bisect.bisect_right(ends, read) - 1
+        if i < 0:
+            continue
+        sealed, end = marks[i]
+        parts.append((lat, sealed - at, end - sealed, read - end))
+
+    def summary(rows: list[tuple[float, float, float, float]]) -> dict[str, Any]:
+        out: dict[str, Any] = {"n": len(rows)}
+        for index, name in ((1, "to_seal"), (2, "seal_to_end"), (3, "end_to_read")):
+            ranked = sorted(r[index] for r in rows)
+            out[name] = {
+                q: round(ranked[min(len(ranked) - 1, int(f * len(ranked)))] * 1000, 1)
+                for q, f in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+            }
+        return out
+
+    parts.sort()
+    tail = parts[int(0.99 * len(parts)) :]
+    return {"all": summary(parts), "slowest_1pct": summary(tail)}
 
 
 def _stats(stdout: bytes) -> dict[str, Any]:

@@ -713,6 +713,16 @@ async def measure_latencies(
                     f"{result['p99_ms_by_second']}",
                     flush=True,
                 )
+                for part, figures in (result.get("breakdown_ms") or {}).items():
+                    print(
+                        f"    {part} ({figures['n']} outputs), p50/p90/p99 ms: "
+                        + "; ".join(
+                            f"{name} {v['p50']}/{v['p90']}/{v['p99']}"
+                            for name, v in figures.items()
+                            if name != "n"
+                        ),
+                        flush=True,
+                    )
     return results
 
 
