@@ -65,6 +65,8 @@ SECRET_SETTINGS = frozenset({"sasl_password", "ssl_password", "postgres_dsn"})
 MASK = "*****"
 #: Kafka's millisecond settings are 32-bit ints.
 _MAX_MS = 2**31 - 1
+#: Kafka Streams sets its producers' linger.ms to 100: the exactly-once default, at most.
+EOS_LINGER_MS = 100
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 #: Names already warned about (each unknown variable is reported once per process).
 _warned_env: set[str] = set()
@@ -154,7 +156,9 @@ class Settings:
     max_warmup_replicas: int = 2
     #: Seconds between the probing rebalances that move warmed-up tasks (Kafka Streams: 10 min).
     probing_rebalance_interval: float = 600.0
-    producer_linger_ms: int = 5
+    #: How long an output batch waits for more records before it is sent; None: the
+    #: guarantee's default (:attr:`effective_producer_linger_ms`).
+    producer_linger_ms: int | None = None
     producer_max_batch_size: int = 256 * 1024
     #: Largest produce request (one record plus overhead) the producer sends; Kafka's
     #: ``max.request.size``. Checked against the broker's ``message.max.bytes`` at start.
@@ -234,6 +238,23 @@ class Settings:
         if self.commit_interval is not None:
             return self.commit_interval
         return 0.1 if self.exactly_once else 1.0
+
+    @property
+    def effective_producer_linger_ms(self) -> int:
+        """Exactly-once: the commit interval, at most 100 ms (Kafka Streams' producer default).
+        No output is visible before its transaction commits, and the commit sends every open
+        batch, so while the worker works through a backlog its batches wait for the commit
+        (or until they are full): sent every few milliseconds instead, a commit's outputs went
+        out in many more batches and produce requests, each costing the worker and the broker
+        CPU (the broker used a fifth more, BENCHMARKS.md). A worker that has caught up with
+        its input sends them at once (``Worker._loop``): left for the commit, they would
+        lengthen it, and every output's latency with it. Otherwise 5 ms: an output is visible
+        once it is acknowledged, so every millisecond of linger is latency."""
+        if self.producer_linger_ms is not None:
+            return self.producer_linger_ms
+        if self.exactly_once:
+            return min(EOS_LINGER_MS, max(1, round(self.effective_commit_interval * 1000)))
+        return 5
 
     @property
     def bootstrap_servers(self) -> str:
@@ -491,7 +512,8 @@ class Settings:
         _count(self, "max_poll_records", 1, "e.g. 2000")
         _count(self, "topic_partitions", 1, "e.g. 8")
         _count(self, "topic_replication_factor", 1, "at most the number of brokers", 32767)
-        _count(self, "producer_linger_ms", 0, "e.g. 5 (milliseconds)", _MAX_MS)
+        if self.producer_linger_ms is not None:
+            _count(self, "producer_linger_ms", 0, "e.g. 5 (milliseconds)", _MAX_MS)
         _count(self, "producer_max_batch_size", 1, "e.g. 262144 (bytes)", _MAX_MS)
         _count(self, "max_request_size", 1, "e.g. 1048576 (bytes)", _MAX_MS)
         _count(self, "table_standby_replicas", 0, "e.g. 1 (0: no standbys)", 32)

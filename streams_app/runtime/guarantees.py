@@ -72,7 +72,7 @@ def standby_consumer_config(settings: Settings) -> ConsumerConfig:
 
 def producer_config(settings: Settings, process_id: str) -> ProducerConfig:
     common = {
-        "linger_ms": settings.producer_linger_ms,
+        "linger_ms": settings.effective_producer_linger_ms,
         "max_batch_size": settings.producer_max_batch_size,
         "max_request_size": settings.max_request_size,
         "compression_type": settings.compression_type,

@@ -316,6 +316,11 @@ class StreamsProducer:
         return not all(future.done() for future in self._pending)
 
     @property
+    def lingering(self) -> bool:
+        """Records in open batches, waiting for their linger, a full batch or the commit."""
+        return bool(self._open)
+
+    @property
     def client(self) -> ProducerClient:
         if self._client is None:
             raise RuntimeError("the producer is not started")
@@ -547,6 +552,13 @@ class StreamsProducer:
 
     def _lingered(self) -> None:
         self._linger_handle = None
+        self._enqueue_open()
+
+    def send_lingering(self) -> None:
+        """Send the open batches now instead of at the end of their linger (Kafka's
+        ``Producer.flush`` without the wait): they stay in the open transaction. The test
+        driver uses it to leave a transaction open with its records in the log, since under
+        exactly-once the linger ends with the commit anyway."""
         self._enqueue_open()
 
     def _enqueue_open(self) -> None:

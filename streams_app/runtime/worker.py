@@ -534,6 +534,7 @@ class Worker:
         interval = conf.effective_commit_interval
         stop = self._stop_requested
         pacer = self._pacer
+        ship_when_caught_up = conf.exactly_once and conf.producer_linger_ms is None
         while not stop.is_set():
             if self.backing_off:
                 await self._resume_backed_off()
@@ -564,6 +565,11 @@ class Worker:
                     # Idle: a trailing transaction marker may have moved the position.
                     await self._sync_positions(list(self.tasks.by_tp))
                 await self._step(batch, interval)
+                if ship_when_caught_up and self.producer.lingering and self._caught_up():
+                    # Nothing more to process: the worker would only wait now, so what lingers
+                    # for the commit goes out instead, and the commit has less to send
+                    # (settings.effective_producer_linger_ms).
+                    self.producer.send_lingering()
 
     async def _step(
         self, batch: Mapping[TopicPartition, Sequence[RecordLike]], interval: float
@@ -871,6 +877,12 @@ class Worker:
             lag=self._group_lag,
             limit=max(2 * self.conf.max_poll_records, 1000),
         )
+
+    def _caught_up(self) -> bool:
+        """Every record on the broker, as of the last fetch responses, has been processed (one
+        not known yet counts as none). A worker working through a backlog is not."""
+        lag = self.consumer.fetched_lag
+        return not any(lag(tp) for tp in self.tasks.by_tp)
 
     def _group_lag(self, tp: TopicPartition) -> int | None:
         """A partition held back for busy agents (parked on an RPC reply) delivers nothing

@@ -582,6 +582,8 @@ class TopologyDriver:
                 return
             if commit and await self._request_commits(asked):
                 continue
+            if not commit and self._send_lingering():
+                continue
             deadline = clock.next_deadline()
             if deadline is None:
                 raise HarnessError(f"stuck: {reason}, and nothing is scheduled\n{self.describe()}")
@@ -601,6 +603,9 @@ class TopologyDriver:
                 return
             if commit:
                 await self._request_commits(None)
+            elif self._send_lingering():
+                await self._turns(1, timeout=0.25)
+                continue
             # A backoff or a linger timer waits on the manual clock: let that time pass.
             next_at = self.clock.next_deadline()
             if next_at is not None:
@@ -610,6 +615,20 @@ class TopologyDriver:
                     f"not done after {self.real_timeout:g}s: {reason}\n{self.describe()}"
                 )
             await self._turns(1, timeout=0.25)
+
+    def _send_lingering(self) -> bool:
+        """Without committing (:meth:`process`): workers send their lingering batches rather
+        than wait out the linger on the manual clock, where under exactly-once the commit is
+        due at the same moment (the linger is the commit interval) and would end the
+        transaction that ``process`` leaves open. True if any worker had batches to send."""
+        sent = False
+        for handle in self.workers:
+            worker = handle.worker
+            producer = worker._producer if handle.active and worker is not None else None
+            if producer is not None and producer.lingering:
+                producer.send_lingering()
+                sent = True
+        return sent
 
     async def _request_commits(self, asked: dict[str, tuple[int, ...]] | None) -> bool:
         """Ask every worker with uncommitted work to commit; False if none would make progress

@@ -41,6 +41,24 @@ def test_exactly_once_defaults_follow_kafka_streams() -> None:
     assert alos.effective_commit_interval == 1.0
 
 
+def test_output_batches_linger_until_the_commit_only_under_exactly_once() -> None:
+    # Exactly-once outputs are invisible until the commit, which sends every open batch:
+    # they wait for it (at most 100 ms, Kafka Streams' producer linger.ms). Otherwise an
+    # output is visible once acknowledged, and a long linger would be latency.
+    assert Settings.build("a", {}, {}).effective_producer_linger_ms == 100
+    assert Settings.build("a", {"commit_interval": 0.03}, {}).effective_producer_linger_ms == 30
+    assert Settings.build("a", {"commit_interval": 2.0}, {}).effective_producer_linger_ms == 100
+    for guarantee in ("at_least_once", "at_most_once"):
+        settings = Settings.build("a", {"processing_guarantee": guarantee}, {})
+        assert settings.effective_producer_linger_ms == 5
+    chosen = Settings.build("a", {}, {"STREAMS_APP_PRODUCER_LINGER_MS": "5"})
+    assert chosen.effective_producer_linger_ms == 5
+    unset = Settings.build(
+        "a", {"producer_linger_ms": 7}, {"STREAMS_APP_PRODUCER_LINGER_MS": "none"}
+    )
+    assert unset.effective_producer_linger_ms == 100
+
+
 NAN, INF = math.nan, math.inf
 
 #: Every setting with values that must be refused at start. Each value is tried alone.
@@ -70,7 +88,7 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "transaction_headers": ["yes", 1, None],
     "gc_young_threshold": [-1, 2.5, "10000", None, True, 20_000_000],
     "restore_timeout": [0, -1, NAN, 5, "300"],
-    "producer_linger_ms": [-1, 2.5, "5", None],
+    "producer_linger_ms": [-1, 2.5, "5", True],
     "producer_max_batch_size": [0, -1, "big", 2_000_000],
     "max_request_size": [0, -1, 1.5, "1MB", 2**31],
     "compression_type": ["brotli", "LZ4", 1],
