@@ -17,12 +17,13 @@ to check: at tens of thousands of records per second that is most of a worker's 
 transport that takes whole batches (:class:`~streams_app.transport.base.BatchingProducerClient`)
 records are appended to an in-memory batch per partition instead (a C call), and a batch is
 handed to the client when it is full, when ``linger_ms`` has passed since it was opened (the
-timer only fires once the agents yield, i.e. after they worked through their inbox), or when
-the commit flushes. One task ships the batches in order, so a partition's records keep their
-order. The send gate then checks one future per batch, and a record's send returns a
-:class:`RecordFuture` that reads its outcome from its batch's future when asked. Records larger
-than half a batch take the record-by-record path (aiokafka checks their size there, and raises
-to the agent).
+timer only fires once the agents yield, i.e. after they worked through their inbox), when
+the commit flushes, or, under exactly-once, when the worker has caught up with its input
+(:meth:`StreamsProducer.send_lingering`; the linger then lasts until the commit). One task
+ships the batches in order, so a partition's records keep their order. The send gate then
+checks one future per batch, and a record's send returns a :class:`RecordFuture` that reads
+its outcome from its batch's future when asked. Records larger than half a batch take the
+record-by-record path (aiokafka checks their size there, and raises to the agent).
 
 **Held sends.** While a commit's last round trips are in flight the worker processes the next
 records (:mod:`streams_app.runtime.commit`). What they send must not join the transaction being
@@ -556,9 +557,10 @@ class StreamsProducer:
 
     def send_lingering(self) -> None:
         """Send the open batches now instead of at the end of their linger (Kafka's
-        ``Producer.flush`` without the wait): they stay in the open transaction. The test
-        driver uses it to leave a transaction open with its records in the log, since under
-        exactly-once the linger ends with the commit anyway."""
+        ``Producer.flush`` without the wait); they stay in the open transaction. Under
+        exactly-once the linger lasts until the commit: the worker calls this once it has
+        caught up with its input, and the test driver to leave a transaction open with its
+        records in the log."""
         self._enqueue_open()
 
     def _enqueue_open(self) -> None:
