@@ -29,6 +29,7 @@ the figures then include.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import json
 import os
@@ -387,8 +388,6 @@ def breakdown(
     has no transactions)."""
     if not latencies or not marks:
         return {}
-    import bisect
-
     ends = [end for _, end in marks]
     parts: list[tuple[float, float, float, float]] = []
     for at, lat in latencies:
