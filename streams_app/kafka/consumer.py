@@ -37,6 +37,7 @@ from aiokafka.protocol.group import JoinGroupRequest
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from aiokafka.util import get_running_loop
 
+from streams_app.kafka.fetched import lean_records
 from streams_app.kafka.protocol import StableOffsetFetchRequest
 from streams_app.transport.base import GroupMetadata
 
@@ -247,7 +248,8 @@ class _StableGroupCoordinator(GroupCoordinator):  # type: ignore[misc]
 
 
 class StableConsumer(AIOKafkaConsumer):  # type: ignore[misc]
-    """``AIOKafkaConsumer`` with require_stable committed offsets and ``group_metadata()``.
+    """``AIOKafkaConsumer`` with require_stable committed offsets and ``group_metadata()``;
+    without deserializers its records are :class:`~streams_app.kafka.fetched.FetchedRecord`.
 
     Takes the keyword arguments of ``AIOKafkaConsumer``; the partition assignor defaults to
     range, so that co-partitioned topics (same partition count) are assigned together.
@@ -262,7 +264,8 @@ class StableConsumer(AIOKafkaConsumer):  # type: ignore[misc]
 
     async def start(self) -> None:
         """``AIOKafkaConsumer.start`` (aiokafka 0.14.0, consumer/consumer.py:364-437), building
-        :class:`_StableGroupCoordinator` instead of ``GroupCoordinator``.
+        :class:`_StableGroupCoordinator` instead of ``GroupCoordinator``, and with
+        :func:`~streams_app.kafka.fetched.lean_records` on its fetcher.
 
         Copied rather than patched: aiokafka builds the coordinator inside ``start`` by its module
         name, and patching that name would change every other consumer in the process.
@@ -287,6 +290,7 @@ class StableConsumer(AIOKafkaConsumer):  # type: ignore[misc]
             isolation_level=self._isolation_level,
             client_rack=self._client_rack,
         )
+        lean_records(self._fetcher)
         if self._group_id is None:
             self._coordinator = NoGroupCoordinator(
                 self._client,

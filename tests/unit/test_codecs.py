@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 from decimal import Decimal
 
 import faust
@@ -89,6 +90,38 @@ def test_keys_are_raw_as_faust(typ: object, key: object) -> None:
     ours = codec_for(typ, None, "raw")
     assert ours.dumps(key) == FAUST.dumps_key(typ, key) == b"fox"  # type: ignore[arg-type]
     assert ours.loads(b"fox") == FAUST.loads_key(typ, b"fox")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("typ", "serializer", "values"),
+    [
+        (str, "json", ["fox", "é ü 東京", 'quote " and \\ back\nslash', "", "\x00\x1f"]),
+        (int, "json", [0, -7, 42, 2**70, True, False]),
+        (str, "raw", ["fox", "é ü 東京", ""]),
+    ],
+)
+def test_the_declared_types_short_path_writes_the_same_bytes(
+    typ: type, serializer: str, values: list[object]
+) -> None:
+    """Text keys and JSON ints skip the general encoder and write the same bytes, and read
+    back the same values: non-ASCII text, escapes, big ints, and bools (an int subclass, not
+    taken as an int). Faust reads them back (its orjson writes non-ASCII text unescaped;
+    both are the same JSON)."""
+    ours = codec_for(typ, None, serializer)
+    for value in values:
+        if serializer == "raw":
+            expected = FAUST.dumps_key(typ, value)  # type: ignore[arg-type]
+        else:
+            expected = json.dumps(value, separators=(",", ":")).encode()
+        assert ours.dumps(value) == expected, value
+        if serializer == "json":
+            assert FAUST.loads_value(typ, ours.dumps(value)) == value  # type: ignore[arg-type]
+        assert ours.loads(ours.dumps(value)) == value
+    assert ours.dumps(b"raw bytes") == b"raw bytes"  # bytes still go out as they are
+    if serializer == "raw":  # raw text keys are read with one decode: same results
+        assert ours.loads(memoryview(b"fox")) == ours.loads(b"fox") == "fox"
+        with pytest.raises(DecodeError, match="not UTF-8"):
+            ours.loads(b"\xff")
 
 
 def test_raw_codec_takes_str_and_bytes_pass_through_json() -> None:

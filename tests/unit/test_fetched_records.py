@@ -1,0 +1,92 @@
+"""The worker's consumer builds named tuples, not ``ConsumerRecord``s: same fields, same
+records, aiokafka's skipping of aborted transactions intact (aiokafka's own fetch structures,
+fed with record batches built by its own C builder)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from aiokafka.consumer.fetcher import READ_COMMITTED, FetchResult, PartitionRecords
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from streams_app.kafka.fetched import FetchedRecord, lean_records
+from streams_app.transport.base import RecordLike
+
+TP = TopicPartition("orders", 3)
+
+
+def _batch(base_offset: int, count: int, *, producer_id: int = -1, txn: bool = False) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=int(txn),
+        producer_id=producer_id,
+        producer_epoch=0 if producer_id >= 0 else -1,
+        base_sequence=0 if producer_id >= 0 else -1,
+        batch_size=1 << 20,
+    )
+    for i in range(count):
+        headers = [("src", b"%d" % i)] if i % 2 else []
+        key = None if i == 2 else b"k%d" % i
+        value = None if i == 3 else b"v%d" % i
+        builder.append(i, timestamp=1_000 + i, key=key, value=value, headers=headers)
+    raw = bytearray(builder.build())
+    raw[0:8] = base_offset.to_bytes(8, "big")  # the broker assigns offsets; so do we here
+    return bytes(raw)
+
+
+class _Fetcher:
+    """The two attributes of aiokafka's ``Fetcher`` that :func:`lean_records` touches."""
+
+    def __init__(self, key_deserializer: Any = None) -> None:
+        self._key_deserializer = key_deserializer
+        self._value_deserializer = None
+        self._records: OrderedDict[TopicPartition, Any] = OrderedDict()
+
+
+def _store(fetcher: _Fetcher, data: bytes, aborted: list[tuple[int, int]] | None = None) -> None:
+    records = PartitionRecords(
+        TP, MemoryRecords(data), aborted, 0, None, None, True, READ_COMMITTED
+    )
+    fetcher._records[TP] = FetchResult(TP, assignment=None, partition_records=records, backoff=0)
+
+
+def _drain(fetcher: _Fetcher) -> list[Any]:
+    return list(fetcher._records[TP]._partition_records)
+
+
+def test_records_are_named_tuples_with_the_consumer_record_fields() -> None:
+    lean, plain = _Fetcher(), _Fetcher()
+    assert lean_records(lean)
+    data = _batch(40, 6)
+    _store(lean, data)
+    _store(plain, data)
+    got, expected = _drain(lean), _drain(plain)
+    assert all(type(r) is FetchedRecord for r in got)
+    assert all(type(r) is ConsumerRecord for r in expected)
+    fields = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+    assert [tuple(getattr(r, f) for f in fields) for r in got] == [
+        tuple(getattr(r, f) for f in fields) for r in expected
+    ]
+    assert [r.offset for r in got] == list(range(40, 46))
+    assert got[2].key is None and got[3].value is None
+    assert got[1].headers == (("src", b"1"),) and got[0].headers == ()
+    record: RecordLike = got[0]
+    assert record.topic == "orders" and record.partition == 3
+
+
+def test_aborted_transactions_are_still_skipped() -> None:
+    fetcher = _Fetcher()
+    lean_records(fetcher)
+    data = _batch(0, 3, producer_id=7, txn=True) + _batch(3, 3, producer_id=8, txn=True)
+    _store(fetcher, data, aborted=[(7, 0)])
+    assert [r.offset for r in _drain(fetcher)] == [3, 4, 5]
+
+
+def test_a_fetcher_with_deserializers_is_left_alone() -> None:
+    fetcher = _Fetcher(key_deserializer=bytes.decode)
+    assert not lean_records(fetcher)
+    assert type(fetcher._records) is OrderedDict
