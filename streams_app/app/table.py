@@ -86,6 +86,11 @@ class Table(MutableMapping[Any, Any]):
         #: ``use_partitioner``, ...), kept as given.
         self.options = dict(faust_options)
         self._warned_key = False
+        #: The last record this table was used for, and its task's transaction: ``t[k] += 1``
+        #: finds the transaction twice, and an agent that emits the new value a third time.
+        #: A task's transaction of a table never changes once opened, nor an event's task.
+        self._event: Event | None = None
+        self._event_tx: PartitionTransaction | None = None
         #: The codecs of the user's keys and values (the same unless windowed).
         self.user_key_codec = self.key_codec
         self.user_value_codec = self.value_codec
@@ -257,6 +262,8 @@ class Table(MutableMapping[Any, Any]):
 
     def _transaction(self) -> PartitionTransaction:
         event = current_event.get()
+        if event is self._event and event is not None:
+            return self._event_tx  # type: ignore[return-value]
         if event is None:
             scope = current_task.get()
             if scope is None:
@@ -274,6 +281,8 @@ class Table(MutableMapping[Any, Any]):
         tx = task.tables.get(self.name)
         if tx is None:
             tx = task.open_table(self)
+        if event is not None:
+            self._event, self._event_tx = event, tx
         return tx
 
     def _transaction_outside_event(self) -> PartitionTransaction:
