@@ -145,6 +145,12 @@ class Settings:
     rocksdb_memtable_bytes: int = 256 * 1024 * 1024
     #: Files each table partition's RocksDB keeps open (its table cache); -1: all, unbounded.
     rocksdb_max_open_files: int = 64
+    #: Seconds committed table writes may wait in memory before they go to RocksDB, in one
+    #: batch per partition with later commits' (write-behind; 0: at every commit). A crash
+    #: restores that much more changelog; reads see them meanwhile.
+    rocksdb_write_behind_interval: float = 1.0
+    #: Bytes the writes waiting for RocksDB may hold, all table partitions together.
+    rocksdb_write_behind_bytes: int = 16 * 1024 * 1024
     #: Warm copies of each task's tables kept by other workers (Faust's name; Kafka Streams'
     #: ``num.standby.replicas``): a failover then restores only a short changelog tail.
     table_standby_replicas: int = 0
@@ -558,6 +564,26 @@ class Settings:
                     f"{value!r} is below 1 MiB",
                     f"set {name} to a number of bytes of at least 1048576; see docs/memory.md",
                 )
+        behind = self.rocksdb_write_behind_interval
+        if (
+            isinstance(behind, bool)
+            or not isinstance(behind, int | float)
+            or not (math.isfinite(behind) and 0 <= behind <= 60)
+        ):
+            raise ConfigError(
+                "rocksdb_write_behind_interval",
+                f"{behind!r} is not a number of seconds from 0 to 60",
+                "use e.g. 1.0 (seconds committed writes may wait for RocksDB), or 0 to write "
+                "them at every commit; see docs/memory.md",
+            )
+        behind_bytes = self.rocksdb_write_behind_bytes
+        if not _is_int(behind_bytes) or behind_bytes < 0:
+            raise ConfigError(
+                "rocksdb_write_behind_bytes",
+                f"{behind_bytes!r} is not a number of bytes",
+                f"set rocksdb_write_behind_bytes to a whole number of bytes >= 0 (e.g. "
+                f"{16 * 1024 * 1024} for 16 MiB); see docs/memory.md",
+            )
         files = self.rocksdb_max_open_files
         if not _is_int(files) or not (files == -1 or files >= 20):
             raise ConfigError(

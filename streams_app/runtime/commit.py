@@ -25,7 +25,9 @@ Exactly-once v2 commit, for all tasks of the worker in **one** Kafka transaction
    ``read_committed`` readers, all together.
 5. **State.** Only now apply each task's table writes to its store partition, in one atomic
    batch with the changelog offset they correspond to. A crash before this step leaves the
-   store behind the changelog, never ahead: restore reads the committed tail.
+   store behind the changelog, never ahead: restore reads the committed tail. (The RocksDB
+   partition may hold the batch in memory and write it with later commits' batches, up to
+   ``rocksdb_write_behind_interval`` later: the same promise, a longer tail after a crash.)
 6. **Decisions.** Tell the error policy which offsets are now committed (``on_commit``): the
    dead-letter decisions and retry counts of records below them are history. Never earlier:
    a decision must survive every abort until the transaction that carries it out commits.

@@ -24,11 +24,13 @@ def log_state_memory(conf: Settings, plan: TopologyPlan, options: RocksDBOptions
     uncommitted = conf.state_uncommitted_max_bytes
     log.info(
         "state memory: read cache %d MiB, uncommitted writes %s, RocksDB block cache %d MiB, "
-        "memtables %d MiB, max_open_files %d per table partition",
+        "memtables %d MiB, write-behind %d MiB (%gs), max_open_files %d per table partition",
         conf.state_cache_max_bytes // mib,
         "unbounded" if uncommitted is None else f"{uncommitted // mib} MiB",
         conf.rocksdb_block_cache_bytes // mib,
         conf.rocksdb_memtable_bytes // mib,
+        conf.rocksdb_write_behind_bytes // mib,
+        conf.rocksdb_write_behind_interval,
         conf.rocksdb_max_open_files,
     )
     if not conf.store.strip().lower().startswith("rocksdb"):

@@ -131,6 +131,7 @@ def worker_memory_estimate(
         "uncommitted": settings.state_uncommitted_max_bytes or 0,
         "block_cache": settings.rocksdb_block_cache_bytes,
         "memtables": settings.rocksdb_memtable_bytes,
+        "write_behind": settings.rocksdb_write_behind_bytes,
         "table_partitions": table_partitions * PER_TABLE_PARTITION_BYTES,
         "fetch_buffers": inputs * PER_INPUT_PARTITION_BYTES,
     }

@@ -34,6 +34,8 @@ def rocksdb_options(settings: Settings) -> RocksDBOptions:
         block_cache_bytes=settings.rocksdb_block_cache_bytes,
         total_write_buffer_bytes=settings.rocksdb_memtable_bytes,
         max_open_files=settings.rocksdb_max_open_files,
+        write_behind_interval=settings.rocksdb_write_behind_interval,
+        write_behind_max_bytes=settings.rocksdb_write_behind_bytes,
     )
 
 

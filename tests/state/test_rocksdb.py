@@ -132,8 +132,12 @@ def test_writes_older_than_flush_interval_are_flushed_in_the_background(tmp_path
     """Small writes never fill a memtable: without flush_interval they stay in the WAL only
     (replayed at the next open after a crash); with it, both column families reach table files
     and the WAL files before them go."""
-    lazy = RocksDBStorePartition(tmp_path / "lazy", RocksDBOptions(flush_interval=None))
-    eager = RocksDBStorePartition(tmp_path / "eager", RocksDBOptions(flush_interval=0.0))
+    lazy = RocksDBStorePartition(
+        tmp_path / "lazy", RocksDBOptions(flush_interval=None, write_behind_interval=0)
+    )
+    eager = RocksDBStorePartition(
+        tmp_path / "eager", RocksDBOptions(flush_interval=0.0, write_behind_interval=0)
+    )
     for offset in range(1, 4):
         lazy.write({b"k%d" % offset: b"v"}, offset)
         eager.write({b"k%d" % offset: b"v"}, offset)
@@ -156,7 +160,7 @@ def test_the_flush_request_runs_on_the_flusher_thread_and_close_waits_for_it(
     the commit's path before), and close() waits for it before closing the database."""
     import threading
 
-    options = RocksDBOptions(flush_interval=0.0)
+    options = RocksDBOptions(flush_interval=0.0, write_behind_interval=0)
     part = RocksDBStorePartition(tmp_path / "p", options)
     entered, release = threading.Event(), threading.Event()
     threads: list[str] = []
@@ -228,4 +232,83 @@ def test_an_unknown_format_version_is_wiped(tmp_path: Path) -> None:
     part.close()
     part = RocksDBStorePartition(path)
     assert part.changelog_offset == 1
+    part.close()
+
+
+# -- write-behind ---------------------------------------------------------------------------
+
+
+def _on_disk(part: RocksDBStorePartition, key: bytes) -> bytes | None:
+    """What RocksDB itself holds for ``key``, bypassing the writes waiting in memory."""
+    value: bytes | None = part._require().get(key)
+    return value
+
+
+def test_written_behind_writes_are_read_before_they_reach_rocksdb(tmp_path: Path) -> None:
+    part = RocksDBStorePartition(tmp_path / "p", RocksDBOptions(write_behind_interval=3600))
+    part.write({b"a": b"1", b"b": b"2"}, 5)
+    part.write({b"a": None, b"c": b"3"}, 7)
+    assert _on_disk(part, b"b") is None  # still in memory: one RocksDB write for both commits
+    assert (part.get(b"a"), part.get(b"b"), part.get(b"c"), part.get(b"z")) == (
+        None,
+        b"2",
+        b"3",
+        None,
+    )
+    assert part.changelog_offset == 7
+    # Iteration sees them too: what waits is written first, with its offset.
+    assert dict(part.items()) == {b"b": b"2", b"c": b"3"}
+    assert _on_disk(part, b"c") == b"3" and _on_disk(part, b"a") is None
+    part.write({b"d": b"4"}, 9)
+    assert list(part.iter_range(b"c", None)) == [(b"c", b"3"), (b"d", b"4")]
+    part.close()
+
+
+def test_close_writes_what_waits_and_a_reopen_finds_it(tmp_path: Path) -> None:
+    options = RocksDBOptions(write_behind_interval=3600)
+    part = RocksDBStorePartition(tmp_path / "p", options)
+    part.write({b"a": b"1"}, 3)
+    part.write({b"a": b"2", b"b": b"9"}, 4)
+    part.close()
+    assert options._behind_bytes == 0
+    part = RocksDBStorePartition(tmp_path / "p", options)
+    assert part.changelog_offset == 4
+    assert dict(part.items()) == {b"a": b"2", b"b": b"9"}
+    part.close()
+
+
+def test_what_waits_goes_out_when_due_or_over_the_shared_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streams_app.state import rocksdb
+
+    now = [1000.0]
+    monkeypatch.setattr(rocksdb.time, "monotonic", lambda: now[0])
+    options = RocksDBOptions(write_behind_interval=1.0, write_behind_max_bytes=100)
+    first = RocksDBStorePartition(tmp_path / "1", options)
+    second = RocksDBStorePartition(tmp_path / "2", options)
+    first.write({b"k": b"v" * 10}, 1)
+    now[0] += 0.49  # due between half and one and a half intervals after the first write
+    first.write({b"k": b"w" * 10}, 2)
+    assert _on_disk(first, b"k") is None
+    now[0] += 1.02
+    first.write({b"j": b"x"}, 3)
+    assert _on_disk(first, b"k") == b"w" * 10 and _on_disk(first, b"j") == b"x"
+    assert first.get(b"j") == b"x" and options._behind_bytes == 0
+    # The budget is shared: the partition that takes it over writes its own at once.
+    first.write({b"a": b"y" * 60}, 4)
+    assert _on_disk(first, b"a") is None and options._behind_bytes == 61
+    second.write({b"b": b"z" * 60}, 1)
+    assert _on_disk(second, b"b") == b"z" * 60 and options._behind_bytes == 61
+    first.wipe()  # a wipe drops what waits, and its bytes
+    assert options._behind_bytes == 0 and first.get(b"a") is None
+    assert first.changelog_offset is None
+    first.close()
+    second.close()
+
+
+def test_write_behind_off_writes_every_batch(tmp_path: Path) -> None:
+    part = RocksDBStorePartition(tmp_path / "p", RocksDBOptions(write_behind_interval=0))
+    part.write({b"a": b"1"}, 1)
+    assert _on_disk(part, b"a") == b"1"
     part.close()

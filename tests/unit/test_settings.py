@@ -117,6 +117,8 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "rocksdb_block_cache_bytes": [0, 1024, 1.5e8, "64MiB", None],
     "rocksdb_memtable_bytes": [0, -1, 4096, "256MiB", None],
     "rocksdb_max_open_files": [0, 10, -2, 64.0, "64", None],
+    "rocksdb_write_behind_interval": [-0.5, 61, float("nan"), True, "1", None],
+    "rocksdb_write_behind_bytes": [-1, 1.5, "16", True, None],
 }
 
 #: Settings whose wrong values only make sense next to others (TLS or SASL on).

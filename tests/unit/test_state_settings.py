@@ -19,7 +19,11 @@ def test_defaults_and_environment() -> None:
     assert s.rocksdb_block_cache_bytes == 64 * MiB
     assert s.rocksdb_memtable_bytes == 256 * MiB
     assert s.rocksdb_max_open_files == 64
+    assert s.rocksdb_write_behind_interval == 1.0
+    assert s.rocksdb_write_behind_bytes == 16 * MiB
     env = {
+        "STREAMS_APP_ROCKSDB_WRITE_BEHIND_INTERVAL": "0",
+        "STREAMS_APP_ROCKSDB_WRITE_BEHIND_BYTES": str(4 * MiB),
         "STREAMS_APP_STATE_CACHE_MAX_BYTES": "0",
         "STREAMS_APP_STATE_UNCOMMITTED_MAX_BYTES": "none",
         "STREAMS_APP_ROCKSDB_MAX_OPEN_FILES": "-1",
@@ -33,6 +37,8 @@ def test_defaults_and_environment() -> None:
     assert options.max_open_files == -1
     assert options.total_write_buffer_bytes == 32 * MiB
     assert options.block_cache_bytes == 64 * MiB
+    assert options.write_behind_interval == 0
+    assert options.write_behind_max_bytes == 4 * MiB
 
 
 @pytest.mark.parametrize(
@@ -45,6 +51,11 @@ def test_defaults_and_environment() -> None:
         ({"rocksdb_memtable_bytes": 0}, "rocksdb_memtable_bytes"),
         ({"rocksdb_max_open_files": 5}, "rocksdb_max_open_files"),
         ({"rocksdb_max_open_files": True}, "rocksdb_max_open_files"),
+        ({"rocksdb_write_behind_interval": -1}, "rocksdb_write_behind_interval"),
+        ({"rocksdb_write_behind_interval": 3600}, "rocksdb_write_behind_interval"),
+        ({"rocksdb_write_behind_interval": "1s"}, "rocksdb_write_behind_interval"),
+        ({"rocksdb_write_behind_bytes": -1}, "rocksdb_write_behind_bytes"),
+        ({"rocksdb_write_behind_bytes": 0.5}, "rocksdb_write_behind_bytes"),
     ],
 )
 def test_wrong_state_settings_name_the_setting_and_the_fix(
@@ -61,6 +72,8 @@ def test_the_memory_formula_adds_the_budgets() -> None:
     estimate = worker_memory_estimate(s, table_partitions=32, input_partitions=16)
     assert estimate["total"] == sum(v for k, v in estimate.items() if k != "total")
     assert estimate["read_cache"] == 64 * MiB
+    assert estimate["write_behind"] == 16 * MiB
+    assert estimate["total"] == 632 * MiB  # docs/memory.md's example: 16 + 32 partitions
     smaller = Settings.build("a", {"state_cache_max_bytes": 0, "rocksdb_memtable_bytes": MiB}, {})
     assert (
         worker_memory_estimate(smaller, table_partitions=32)["total"]
