@@ -260,10 +260,11 @@ class TypedCodec:
         self._plain: type[Any] | None = None
         self._plain_dumps: Any = None
         #: Raw text, the usual key: read with one ``decode`` (0.1 against 0.25 us a record).
-        self._raw_text = typ is str and isinstance(serializer, RawCodec)
+        self._raw_text = typ is str and type(serializer) is RawCodec
         if self._raw_text:
             self._plain, self._plain_dumps = str, str.encode
-        elif isinstance(serializer, JsonCodec) and typ in (str, int):
+        elif type(serializer) in (JsonCodec, CheckedJsonCodec) and typ in (str, int):
+            # Ours only: a subclass registered under another name may encode differently.
             self._plain = typ
             self._plain_dumps = b"%d".__mod__ if typ is int else _json_text
 
