@@ -388,7 +388,7 @@ class RocksDBStorePartition(StorePartition):
         self._require()
         behind = self._behind
         now = time.monotonic()
-        if not behind:
+        if self._behind_offset is None:  # nothing waits yet (an offset alone counts too)
             # Partitions committed together would all come due in the same later commit:
             # each waits between half and one and a half intervals instead.
             self._behind_due = now + options.write_behind_interval * (0.5 + random.random())

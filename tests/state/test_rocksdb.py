@@ -312,3 +312,26 @@ def test_write_behind_off_writes_every_batch(tmp_path: Path) -> None:
     part.write({b"a": b"1"}, 1)
     assert _on_disk(part, b"a") == b"1"
     part.close()
+
+
+def test_an_offset_alone_waits_and_is_written_like_any_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch without keys (a changelog tail of markers) still moves the offset: it waits
+    like any other, comes due from its own first write, and reaches RocksDB at close."""
+    from streams_app.state import rocksdb
+
+    now = [1000.0]
+    monkeypatch.setattr(rocksdb.time, "monotonic", lambda: now[0])
+    options = RocksDBOptions(write_behind_interval=1.0)
+    part = RocksDBStorePartition(tmp_path / "p", options)
+    part.write({}, 5)
+    assert part.changelog_offset == 5 and part._offset is None  # not in RocksDB yet
+    now[0] += 1.6  # past the latest due time, counted from the first write
+    part.write({}, 6)
+    assert part._offset == 6
+    part.write({}, 7)
+    part.close()
+    part = RocksDBStorePartition(tmp_path / "p", options)
+    assert part.changelog_offset == 7
+    part.close()
