@@ -1369,10 +1369,10 @@ class Worker:
             event = current_event.get()
             if event is None or event.offset < 0:
                 return None
-            topic, partition = self._lineage.get((event.topic, event.partition)) or (
+            src_topic, src_partition = self._lineage.get((event.topic, event.partition)) or (
                 self._lineage_of(event)
             )
-            return [topic, partition, (H_SRC_OFFSET, b"%d" % event.offset)]
+            return [src_topic, src_partition, (H_SRC_OFFSET, b"%d" % event.offset)]
         conf = self.conf
         if headers is None and not conf.lineage_headers and not conf.transaction_headers:
             return None  # no list built and dropped
