@@ -15,10 +15,12 @@ ends at the next commit. Two rules are enforced here rather than trusted to the 
 call, a future and a metadata object per record, plus one future per record for the send gate
 to check: at tens of thousands of records per second that is most of a worker's time. With a
 transport that takes whole batches (:class:`~streams_app.transport.base.BatchingProducerClient`)
-records are appended to an in-memory batch per partition instead (a C call), and a batch is
-handed to the client when it is full, when ``linger_ms`` has passed since it was opened (the
-timer only fires once the agents yield, i.e. after they worked through their inbox), when
-the commit flushes, or, under exactly-once, when the worker has caught up with its input
+records are appended to an in-memory batch per partition instead (a C call: with the Kafka
+transport the C builder's own ``append``, not aiokafka's Python method around it; see
+:class:`~streams_app.transport.base.DirectBatchingProducerClient`), and a batch is handed
+to the client when it is full, when ``linger_ms`` has passed since it was opened (the timer
+only fires once the agents yield, i.e. after they worked through their inbox), when the
+commit flushes, or, under exactly-once, when the worker has caught up with its input
 (:meth:`StreamsProducer.send_lingering`; the linger then lasts until the commit). One task
 ships the batches in order, so a partition's records keep their order. The send gate then
 checks one future per batch, and a record's send returns a :class:`RecordFuture` that reads
@@ -49,9 +51,11 @@ from streams_app.runtime.scope import current_parkable, in_processing
 from streams_app.transport.base import (
     AppendedRecord,
     BatchingProducerClient,
+    DirectBatchingProducerClient,
     GroupMetadata,
     ProducerClient,
     ProducerConfig,
+    RawAppend,
     RecordBatch,
     RecordMetadataLike,
     TopicPartition,
@@ -88,14 +92,32 @@ class SentRecord:
 class _Batch:
     """An open batch for one partition, and the one future all its records share."""
 
-    __slots__ = ("builder", "future", "partition", "topic")
+    __slots__ = ("append", "builder", "count", "direct", "future", "partition", "topic")
 
     def __init__(
-        self, topic: str, partition: int, builder: RecordBatch, loop: asyncio.AbstractEventLoop
+        self,
+        topic: str,
+        partition: int,
+        builder: RecordBatch,
+        loop: asyncio.AbstractEventLoop,
+        raw: RawAppend | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.builder = builder
+        #: Appends a record: (its number in the batch, timestamp, key, value, headers) -> where
+        #: it landed, None when full. The builder's own C appender where the transport offers
+        #: it (``raw_append``: the records are numbered by ``count``, and the transport is told
+        #: how many there were when the batch is sealed), else ``builder.append``.
+        self.direct = raw is not None
+        if raw is None:
+            append = builder.append
+
+            def raw(_n: int, ts: int | None, k: bytes | None, v: bytes | None, h: Any) -> Any:
+                return append(timestamp=ts, key=k, value=v, headers=h)
+
+        self.append: RawAppend = raw
+        self.count = 0
         #: Settles with the batch: the first record's metadata (None under acks=0).
         self.future: asyncio.Future[RecordMetadataLike | None] = loop.create_future()
 
@@ -271,6 +293,7 @@ class StreamsProducer:
         self._pending_topics: list[str] = []
         # The batch path (see the module doc); _batcher is None with transports that lack it.
         self._batcher: BatchingProducerClient | None = None
+        self._direct: DirectBatchingProducerClient | None = None
         self._open: dict[tuple[str, int], _Batch] = {}
         self._queue: deque[_Batch] = deque()
         self._shipper: asyncio.Task[None] | None = None
@@ -332,12 +355,13 @@ class StreamsProducer:
         await client.start()
         self._client = client
         self._batcher = client if isinstance(client, BatchingProducerClient) else None
+        self._direct = client if isinstance(client, DirectBatchingProducerClient) else None
 
     async def stop(self) -> None:
         self.drop_held()
         await self._drop_batches()
         client, self._client = self._client, None
-        self._batcher = None
+        self._batcher = self._direct = None
         self._clear_pending()
         self._in_transaction = False
         if client is not None:
@@ -529,23 +553,26 @@ class StreamsProducer:
             headers = _NO_HEADERS
         elif type(headers) is not list:
             headers = list(headers)
-        appended = batch.builder.append(
-            timestamp=timestamp_ms, key=key, value=value, headers=headers
-        )
+        appended = batch.append(batch.count, timestamp_ms, key, value, headers)
         if appended is None:  # full: ship it, start the next one (the first record always fits)
             self._enqueue(self._open.pop(tp))
             batch = self._open_batch(topic, partition)
-            appended = batch.builder.append(
-                timestamp=timestamp_ms, key=key, value=value, headers=headers
-            )
+            appended = batch.append(0, timestamp_ms, key, value, headers)
             assert appended is not None
+        batch.count += 1
         return RecordFuture(batch, appended)
 
     def _open_batch(self, topic: str, partition: int) -> _Batch:
         assert self._batcher is not None
         loop = asyncio.get_running_loop()
+        builder = self._batcher.create_batch()
+        direct = self._direct
         batch = self._open[(topic, partition)] = _Batch(
-            topic, partition, self._batcher.create_batch(), loop
+            topic,
+            partition,
+            builder,
+            loop,
+            None if direct is None else direct.raw_append(builder),
         )
         if self._linger_handle is None:
             self._linger_handle = self._clock.call_later(self._linger_s, self._lingered)
@@ -573,8 +600,12 @@ class StreamsProducer:
             self._open.clear()
 
     def _enqueue(self, batch: _Batch) -> None:
-        batch.builder.close()
-        self.stats.batch(batch.topic, batch.builder.record_count())
+        if batch.direct:
+            assert self._direct is not None
+            self._direct.seal_batch(batch.builder, batch.count)
+        else:
+            batch.builder.close()
+        self.stats.batch(batch.topic, batch.count)
         self._queue.append(batch)
         if self._shipper is None or self._shipper.done():
             self._shipper = asyncio.get_running_loop().create_task(self._ship())

@@ -37,6 +37,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 from aiokafka.partitioner import murmur2
+from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.structs import OffsetAndMetadata
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
@@ -72,6 +73,7 @@ from streams_app.transport.base import (
     MemberAssignment,
     MemberSubscription,
     ProducerConfig,
+    RawAppend,
     RebalanceListener,
     RecordBatch,
     RecordLike,
@@ -793,6 +795,27 @@ class KafkaProducerClient:
     def create_batch(self) -> RecordBatch:
         batch: RecordBatch = self._p.create_batch()
         return batch
+
+    def raw_append(self, batch: RecordBatch) -> RawAppend | None:
+        # aiokafka's BatchBuilder.append serializes (we give it bytes: no serializers), numbers
+        # the record, then calls its C builder's append: the runtime numbers them itself.
+        if type(batch) is not BatchBuilder:
+            return None
+        builder: Any = batch
+        if builder._key_serializer is not None or builder._value_serializer is not None:
+            return None
+        if builder.record_count() or builder.closed():
+            return None
+        append: RawAppend = builder._builder.append
+        return append
+
+    def seal_batch(self, batch: RecordBatch, records: int) -> None:
+        # The accumulator advances the partition's sequence number by the batch's record count,
+        # which BatchBuilder keeps in _relative_offset: a wrong count breaks the sequence.
+        assert type(batch) is BatchBuilder
+        builder: Any = batch
+        builder._relative_offset = records
+        builder.close()
 
     async def send_batch(
         self, batch: RecordBatch, topic: str, partition: int
