@@ -110,13 +110,7 @@ class _Batch:
         #: it (``raw_append``: the records are numbered by ``count``, and the transport is told
         #: how many there were when the batch is sealed), else ``builder.append``.
         self.direct = raw is not None
-        if raw is None:
-            append = builder.append
-
-            def raw(_n: int, ts: int | None, k: bytes | None, v: bytes | None, h: Any) -> Any:
-                return append(timestamp=ts, key=k, value=v, headers=h)
-
-        self.append: RawAppend = raw
+        self.append: RawAppend = raw if raw is not None else _numbered(builder)
         self.count = 0
         #: Settles with the batch: the first record's metadata (None under acks=0).
         self.future: asyncio.Future[RecordMetadataLike | None] = loop.create_future()
@@ -136,6 +130,23 @@ class _Batch:
         if not self.future.done():
             self.future.set_exception(exc)
             self.future.exception()  # retrieved: the send gate reports it, not the GC
+
+
+def _numbered(builder: RecordBatch) -> RawAppend:
+    """``builder.append`` in the direct appender's shape (the record's number is the builder's
+    business there)."""
+    append = builder.append
+
+    def numbered(
+        _n: int,
+        timestamp: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]],
+    ) -> AppendedRecord | None:
+        return append(timestamp=timestamp, key=key, value=value, headers=headers)
+
+    return numbered
 
 
 class RecordFuture:
