@@ -121,10 +121,10 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
     commits: list[tuple[float, float]] = []
     #: Per commit, seconds by phase (filled by ``clocked`` below); kept for the slowest ones.
     this_commit: dict[str, float] = {}
-    #: The latency mode's marks of every exactly-once commit: (sealed, EndTxn answered), both
-    #: monotonic (one clock for every process on Linux: the harness compares them with the
-    #: times its reader saw each output).
-    commit_marks: list[tuple[float, float]] = []
+    #: The latency mode's marks of every exactly-once commit: (sealed, EndTxn sent, EndTxn
+    #: answered), monotonic (one clock for every process on Linux: the harness compares them
+    #: with the times its reader saw each output).
+    commit_marks: list[tuple[float, float, float]] = []
     commit_phases: list[tuple[float, dict[str, float]]] = []
 
     async def timed(self: Committer, *args: Any, **kwargs: Any) -> bool:
@@ -149,7 +149,9 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
                     if trace and "end_txn_at" in this_commit:
                         # Sealed once its changelog was sent (runtime/commit.py, step 1).
                         sealed = t0 + this_commit.get("changelog", 0.0)
-                        commit_marks.append((sealed, this_commit["end_txn_at"]))
+                        commit_marks.append(
+                            (sealed, this_commit["end_txn_sent_at"], this_commit["end_txn_at"])
+                        )
 
     Committer.commit = timed  # type: ignore[method-assign]
 
@@ -217,8 +219,9 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
     end_txn = KafkaProducerClient.commit_transaction
 
     async def marked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        this_commit["end_txn_sent_at"] = time.monotonic()  # marks, not phases: left out below
         result = await end_txn(self, *args, **kwargs)
-        this_commit["end_txn_at"] = time.monotonic()  # a mark, not a phase: left out below
+        this_commit["end_txn_at"] = time.monotonic()
         return result
 
     KafkaProducerClient.commit_transaction = marked  # type: ignore[method-assign]
@@ -256,12 +259,12 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
         "slowest_commits_ms": [
             {
                 "total": round(took * 1000, 1),
-                **{k: round(v * 1000, 1) for k, v in p.items() if k != "end_txn_at"},
+                **{k: round(v * 1000, 1) for k, v in p.items() if not k.endswith("_at")},
             }
             for took, p in sorted(commit_phases, key=lambda c: c[0])[-max(1, len(commits) // 50) :]
         ],
         "transaction_version": seen_version[0],
-        "commit_marks": [(round(a, 6), round(b, 6)) for a, b in commit_marks],
+        "commit_marks": [tuple(round(t, 6) for t in mark) for mark in commit_marks],
     }
 
 

@@ -212,7 +212,12 @@ async def _drive_confluent(load: _Load, run: _Run) -> tuple[int, float]:
             "group.id": f"latency-reader-{uuid.uuid4().hex[:6]}",  # assign() only: never joins
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
-            "fetch.wait.max.ms": 5,
+            # Kafka's default. The broker answers a waiting fetch as soon as the output's
+            # last stable offset moves (the commit's markers), so a longer wait costs the
+            # reader nothing. 5 ms, used until the fourteenth session, sent the broker about
+            # 200 empty fetches a second on the two cores it shares with the worker: about a
+            # second of its CPU per 25 s round (BENCHMARKS.md, Latency).
+            "fetch.wait.max.ms": 500,
         }
     )
     reader.assign(
@@ -368,7 +373,7 @@ async def measure(
         "worker_fetched_to_commit_ms": stats.get("fetched_to_commit_ms", {}),
         # How many records each of the worker's polls brought (p50/p90/p99/max; n polls).
         "worker_poll_records": stats.get("poll_records", {}),
-        # Exactly-once: each output's latency cut at its commit's seal and EndTxn answer.
+        # Exactly-once: each output's latency cut at its commit's seal and EndTxn.
         "breakdown_ms": breakdown(
             [(at, lat) for at, lat in load.latencies if at >= steady],
             stats.get("commit_marks") or [],
@@ -377,26 +382,33 @@ async def measure(
 
 
 def breakdown(
-    latencies: list[tuple[float, float]], marks: list[tuple[float, float]]
+    latencies: list[tuple[float, float]], marks: list[tuple[float, float, float]]
 ) -> dict[str, Any]:
     """Where each output's latency went, by the commit that made it visible: the last one whose
-    EndTxn was answered before the reader saw it. ``to_seal``: from the input's produce call to
+    EndTxn was sent before the reader saw it. ``to_seal``: from the input's produce call to
     that commit's seal (the producer's linger, the worker's fetch, its processing, the wait for
-    the commit to begin); ``seal_to_end``: the commit's round trips (send gate, offsets,
-    EndTxn); ``end_to_read``: the broker's transaction markers and the reader's fetch. For all
-    outputs and for the slowest 1% (what the p99 is made of); empty without marks (at-least-once
-    has no transactions)."""
+    the commit to begin); ``seal_to_end``: the commit's round trips up to EndTxn (send gate,
+    offsets); ``end_to_read``: EndTxn's round trip, the broker's transaction markers and the
+    reader's fetch. For all outputs and for the slowest 1% (what the p99 is made of); empty
+    without marks (at-least-once has no transactions).
+
+    Not by the EndTxn *answered* before the read (until the fourteenth session): the reader, a
+    C client on a thread of its own, often sees a commit's outputs before the worker's event
+    loop has taken in the answer, and such an output was then put on the commit before, with
+    an "EndTxn to read" of about one commit interval. ``read_before_answer`` counts them."""
     if not latencies or not marks:
         return {}
-    ends = [end for _, end in marks]
+    sent = [mark[1] for mark in marks]
     parts: list[tuple[float, float, float, float]] = []
+    early = 0
     for at, lat in latencies:
         read = at + lat
-        i = bisect.bisect_right(ends, read) - 1
+        i = bisect.bisect_right(sent, read) - 1
         if i < 0:
             continue
-        sealed, end = marks[i]
-        parts.append((lat, sealed - at, end - sealed, read - end))
+        sealed, end_sent, answered = marks[i]
+        early += read < answered
+        parts.append((lat, sealed - at, end_sent - sealed, read - end_sent))
 
     def summary(rows: list[tuple[float, float, float, float]]) -> dict[str, Any]:
         out: dict[str, Any] = {"n": len(rows)}
@@ -410,7 +422,11 @@ def breakdown(
 
     parts.sort()
     tail = parts[int(0.99 * len(parts)) :]
-    return {"all": summary(parts), "slowest_1pct": summary(tail)}
+    return {
+        "all": summary(parts),
+        "slowest_1pct": summary(tail),
+        "read_before_answer": round(early / len(parts), 4) if parts else None,
+    }
 
 
 def _stats(stdout: bytes) -> dict[str, Any]:

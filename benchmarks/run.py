@@ -713,7 +713,10 @@ async def measure_latencies(
                     f"{result['p99_ms_by_second']}",
                     flush=True,
                 )
-                for part, figures in (result.get("breakdown_ms") or {}).items():
+                cut = result.get("breakdown_ms") or {}
+                for part, figures in cut.items():
+                    if not isinstance(figures, dict):
+                        continue
                     print(
                         f"    {part} ({figures['n']} outputs), p50/p90/p99 ms: "
                         + "; ".join(
@@ -721,6 +724,12 @@ async def measure_latencies(
                             for name, v in figures.items()
                             if name != "n"
                         ),
+                        flush=True,
+                    )
+                if cut.get("read_before_answer") is not None:
+                    print(
+                        f"    read before the worker had EndTxn's answer: "
+                        f"{cut['read_before_answer']:.1%} of outputs",
                         flush=True,
                     )
     return results
