@@ -395,7 +395,7 @@ def breakdown(
     Not by the EndTxn *answered* before the read (until the fourteenth session): the reader, a
     C client on a thread of its own, often sees a commit's outputs before the worker's event
     loop has taken in the answer, and such an output was then put on the commit before, with
-    an "EndTxn to read" of about one commit interval. ``read_before_answer`` counts them."""
+    an "EndTxn to read" of about one commit interval. ``read_before_answer`` is their share."""
     if not latencies or not marks:
         return {}
     sent = [mark[1] for mark in marks]
@@ -409,6 +409,8 @@ def breakdown(
         sealed, end_sent, answered = marks[i]
         early += read < answered
         parts.append((lat, sealed - at, end_sent - sealed, read - end_sent))
+    if not parts:
+        return {}
 
     def summary(rows: list[tuple[float, float, float, float]]) -> dict[str, Any]:
         out: dict[str, Any] = {"n": len(rows)}
@@ -425,7 +427,7 @@ def breakdown(
     return {
         "all": summary(parts),
         "slowest_1pct": summary(tail),
-        "read_before_answer": round(early / len(parts), 4) if parts else None,
+        "read_before_answer": round(early / len(parts), 4),
     }
 
 

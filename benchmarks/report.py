@@ -147,10 +147,11 @@ def render(result: dict[str, Any]) -> str:
         out += [
             "",
             "³ Exactly-once: each output cut at the commit that made it visible (the last whose "
-            "EndTxn was answered before the reader saw it): from its input's produce call to that "
+            "EndTxn was sent before the reader saw it): from its input's produce call to that "
             "commit's seal (the producer's linger, the worker's fetch and processing, the wait "
-            "for the commit), the commit's round trips, then the broker's markers and the "
-            "reader's fetch; the medians of the slowest 1% of outputs, which make the p99.",
+            "for the commit), the commit's round trips up to EndTxn, then EndTxn's round trip, "
+            "the broker's markers and the reader's fetch; the medians of the slowest 1% of "
+            "outputs, which make the p99.",
         ]
     wrong = summary.get("incorrect_runs") or []
     if wrong:
