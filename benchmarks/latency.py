@@ -382,7 +382,7 @@ async def measure(
 
 
 def breakdown(
-    latencies: list[tuple[float, float]], marks: list[tuple[float, float, float]]
+    latencies: list[tuple[float, float]], marks: list[tuple[float, ...]]
 ) -> dict[str, Any]:
     """Where each output's latency went, by the commit that made it visible: the last one whose
     EndTxn was sent before the reader saw it. ``to_seal``: from the input's produce call to
@@ -395,9 +395,12 @@ def breakdown(
     Not by the EndTxn *answered* before the read (until the fourteenth session): the reader, a
     C client on a thread of its own, often sees a commit's outputs before the worker's event
     loop has taken in the answer, and such an output was then put on the commit before, with
-    an "EndTxn to read" of about one commit interval. ``read_before_answer`` is their share."""
+    an "EndTxn to read" of about one commit interval. ``read_before_answer`` is their share.
+    A ``--compare`` checkout older than that reports (sealed, answered) only: its outputs are
+    cut at the answer, as they were then."""
     if not latencies or not marks:
         return {}
+    marks = [mark if len(mark) == 3 else (mark[0], mark[1], mark[1]) for mark in marks]
     sent = [mark[1] for mark in marks]
     parts: list[tuple[float, float, float, float]] = []
     early = 0

@@ -36,3 +36,11 @@ def test_no_commits_no_cut() -> None:
     assert breakdown([(1.0, 0.1)], []) == {}
     # Read before any EndTxn was sent: no commit to cut it at.
     assert breakdown([(0.900, 0.050)], MARKS) == {}
+
+
+def test_marks_of_an_older_checkout_cut_at_the_answer() -> None:
+    # (sealed, EndTxn answered) only, from a --compare checkout before EndTxn-sent marks.
+    cut = breakdown([(1.050, 0.070)], [(m[0], m[2]) for m in MARKS])
+
+    assert cut["all"]["end_to_read"]["p50"] == pytest.approx(6.0)  # 1.120 - 1.114
+    assert cut["read_before_answer"] == 0.0
