@@ -158,8 +158,16 @@ async def test_a_worker_behind_warms_up_first_and_takes_tasks_only_once_caught_u
 
         await asyncio.to_thread(newcomer.wait_for_log, "probing rebalance", 60)
         await wait_until(moved, timeout=120, interval=0.1)
+
+        # The two workers log the generation's assignment each in its own time (the owner may
+        # still be finishing a commit when the newcomer logs its share): wait until both have
+        # logged the same split. A generation giving a task to both would never satisfy this.
+        async def split() -> bool:
+            mine, theirs = last_assignment(newcomer), last_assignment(owner)
+            return bool(mine) and mine.isdisjoint(theirs) and mine | theirs == {0, 1, 2, 3}
+
+        await wait_until(split, timeout=60, interval=0.1)
         taken = last_assignment(newcomer)
-        assert taken.isdisjoint(last_assignment(owner))
 
         await produce_keyed(bootstrap_servers, source, DURING, seed=2, keys=KEYS)
         await wait_until(
