@@ -160,8 +160,9 @@ async def test_a_worker_behind_warms_up_first_and_takes_tasks_only_once_caught_u
         await wait_until(moved, timeout=120, interval=0.1)
 
         # The two workers log the generation's assignment each in its own time (the owner may
-        # still be finishing a commit when the newcomer logs its share): wait until both have
-        # logged the same split. A generation giving a task to both would never satisfy this.
+        # still be finishing a commit when the newcomer logs its share): wait until their logs
+        # agree on a split of the four tasks. An overlap that persisted would time this out;
+        # a task processed by both shows in the exactly-once check at the end.
         async def split() -> bool:
             mine, theirs = last_assignment(newcomer), last_assignment(owner)
             return bool(mine) and mine.isdisjoint(theirs) and mine | theirs == {0, 1, 2, 3}
