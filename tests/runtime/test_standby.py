@@ -153,21 +153,17 @@ async def test_a_worker_behind_warms_up_first_and_takes_tasks_only_once_caught_u
         assert last_assignment(owner) == {0, 1, 2, 3}, owner.tail()
         assert "restoring " not in newcomer.log_since_start()
 
+        # The probing rebalance moves tasks to the newcomer. The two workers log that
+        # generation's assignment each in its own time (the owner may still be finishing a
+        # commit when the newcomer logs its share): wait until their logs agree on a split of
+        # the four tasks. An overlap that persisted would time this out; a task processed by
+        # both shows in the exactly-once check at the end.
         async def moved() -> bool:
-            return bool(last_assignment(newcomer))
-
-        await asyncio.to_thread(newcomer.wait_for_log, "probing rebalance", 60)
-        await wait_until(moved, timeout=120, interval=0.1)
-
-        # The two workers log the generation's assignment each in its own time (the owner may
-        # still be finishing a commit when the newcomer logs its share): wait until their logs
-        # agree on a split of the four tasks. An overlap that persisted would time this out;
-        # a task processed by both shows in the exactly-once check at the end.
-        async def split() -> bool:
             mine, theirs = last_assignment(newcomer), last_assignment(owner)
             return bool(mine) and mine.isdisjoint(theirs) and mine | theirs == {0, 1, 2, 3}
 
-        await wait_until(split, timeout=60, interval=0.1)
+        await asyncio.to_thread(newcomer.wait_for_log, "probing rebalance", 60)
+        await wait_until(moved, timeout=180, interval=0.1)
         taken = last_assignment(newcomer)
 
         await produce_keyed(bootstrap_servers, source, DURING, seed=2, keys=KEYS)
