@@ -3,6 +3,7 @@ or a real broker. Both give the driver the same few operations; the driver does 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import Collection, Mapping, Sequence
@@ -83,6 +84,10 @@ class Backend:
     async def open_transactions(self, topics: Collection[str]) -> list[str]:
         """Partitions of ``topics`` with an open transaction (LSO below the high watermark)."""
         raise NotImplementedError
+
+    async def markers_written(self, transactional_ids: Collection[str]) -> None:
+        """Return once the transactions of ``transactional_ids`` that ended (EndTxn accepted)
+        have their markers on every partition. The model writes them with EndTxn itself."""
 
 
 class MemoryBackend(Backend):
@@ -173,6 +178,7 @@ class KafkaBackend(Backend):
         self._admin: Any = None
         self._stable: Any = None
         self._groups: Any = None
+        self._ops: Any = None
 
     def transport(self, owner: str) -> Transport:
         return self._transport
@@ -208,6 +214,7 @@ class KafkaBackend(Backend):
             (self._admin, "close"),
             (self._stable, "stop"),
             (self._groups, "close"),
+            (self._ops, "close"),
         ):
             if client is not None:
                 with contextlib.suppress(Exception):
@@ -303,3 +310,33 @@ class KafkaBackend(Backend):
         return sorted(
             f"{tp.topic}[{tp.partition}]" for tp in tps if stable.get(tp, 0) < high.get(tp, 0)
         )
+
+    async def markers_written(
+        self, transactional_ids: Collection[str], *, timeout: float = 30.0
+    ) -> None:
+        """A broker answers EndTxn once the coordinator has logged PrepareCommit (or
+        PrepareAbort) and writes the markers after that: until then a ``read_committed``
+        reader does not see the transaction. A worker that died right after EndTxn leaves
+        exactly that; wait, through DescribeTransactions, until its coordinator is done."""
+        if not transactional_ids:
+            return
+        from streams_app.kafka.ops_admin import OpsAdmin
+
+        if self._ops is None:
+            self._ops = await OpsAdmin(self.bootstrap_servers, **self._security).start()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            described = await self._ops.describe_transactions(transactional_ids)
+            preparing = sorted(
+                f"{txn_id} ({d.state})"
+                for txn_id, d in described.items()
+                if d is not None and d.state.startswith("Prepare")
+            )
+            if not preparing:
+                return
+            if loop.time() >= deadline:
+                raise TimeoutError(
+                    f"transactions still being completed after {timeout:g}s: {preparing}"
+                )
+            await asyncio.sleep(0.01)  # the coordinator has no event to await from here
