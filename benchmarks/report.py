@@ -124,7 +124,8 @@ def render(result: dict[str, Any]) -> str:
             "slowest 1%, p50: to the seal / seal to EndTxn / EndTxn to read ³ |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
-        for key, lat in latency.items():
+        rounds = {key: lat for key, lat in latency.items() if key != "live_capacity"}
+        for key, lat in rounds.items():
             took = lat.get("worker_commit_ms") or {}
             gap = lat.get("worker_commit_gap_ms") or {}
             cycle = (
@@ -153,11 +154,35 @@ def render(result: dict[str, Any]) -> str:
             "the broker's markers and the reader's fetch; the medians of the slowest 1% of "
             "outputs, which make the p99.",
         ]
+        out += _live_capacity(latency.get("live_capacity"))
     wrong = summary.get("incorrect_runs") or []
     if wrong:
         out += ["", "Runs that failed the output check (left out of medians and ratios):", ""]
         out += [f"- {w}" for w in wrong]
     return "\n".join(out) + "\n"
+
+
+def _live_capacity(capacity: dict[str, Any] | None) -> list[str]:
+    """The ``--latency-capacity`` search: what it tried and the rate it found sustained."""
+    if not capacity:
+        return []
+    steps = ", ".join(
+        f"{_num(step['rate'])}/s {'kept up' if step['sustained'] else 'fell behind'}"
+        for step in capacity["steps"]
+    )
+    found = capacity["records_per_s"]
+    drain = capacity["drain_records_per_s"]
+    verdict = (
+        f"**{_num(found)} records/s**, {found / drain:.2f} of its drain rate ({_num(drain)}/s)"
+        if found
+        else "none of the rates tried"
+    )
+    return [
+        "",
+        f"Live capacity (one exactly-once worker fed live, the highest rate tried at which no "
+        f"second's p99 went over {capacity['sustained_p99_ms']:,} ms, "
+        f"{capacity['seconds']:g} s steps after 5 s of warm-up): {verdict}. Steps: {steps}.",
+    ]
 
 
 def _seconds(value: float | None) -> str:

@@ -657,7 +657,9 @@ async def measure_latencies(
         key = system.key.partition("@")[0]
         return int(args.latency_rate or (medians[key] // 2 if key in medians else 10_000))
 
-    async def one(system: System, client: str, seconds: float, warmup: float) -> dict[str, Any]:
+    async def one(
+        system: System, client: str, seconds: float, warmup: float, rate: int | None = None
+    ) -> dict[str, Any]:
         group = latency.new_group(system.key.partition("@")[0])
         command = child_command(
             system, args, bootstrap=bootstrap, group=group, state_dir=workdir / group
@@ -670,7 +672,7 @@ async def measure_latencies(
             input_topic=INPUT_TOPIC,
             output_topic=system.output_topic,
             keys=args.keys,
-            rate=rate_for(system),
+            rate=rate or rate_for(system),
             seconds=seconds,
             log_path=workdir / f"{group}.log",
             client=client,
@@ -688,15 +690,43 @@ async def measure_latencies(
             f"{warm['rate_achieved']:,}/s, not reported): p99 {warm['p99_ms']} ms",
             flush=True,
         )
+    # (name, system, rate): each guarantee at half its drain rate (or --latency-rate), and with
+    # --latency-capacity exactly-once at half the live rate it was found to sustain.
+    variants: list[tuple[str, System, int | None]] = [(s.key, s, None) for s in measured]
+    eos = next((s for s in measured if s.key == "eos"), None)
+    if args.latency_capacity and eos is not None and "eos" in medians:
+
+        async def probe(rate: int) -> bool:
+            trial = await one(eos, clients[0], args.latency_capacity_seconds, 5.0, rate)
+            kept = latency.sustained(trial)
+            print(
+                f"  live capacity: {trial['rate_achieved']:,}/s "
+                f"{'kept up' if kept else 'fell behind'} (p99 {trial['p99_ms']} ms, by "
+                f"second {trial['p99_ms_by_second']})",
+                flush=True,
+            )
+            return kept
+
+        best, steps = await latency.live_capacity(probe, medians["eos"])
+        results["live_capacity"] = {
+            "records_per_s": best,
+            "drain_records_per_s": medians["eos"],
+            "steps": [{"rate": rate, "sustained": ok} for rate, ok in steps],
+            "sustained_p99_ms": latency.SUSTAINED_P99_MS,
+            "seconds": args.latency_capacity_seconds,
+        }
+        print(f"  live capacity (eos): {best} records/s; steps {steps}", flush=True)
+        if best:
+            variants.append(("eos at half live capacity", eos, best // 2))
     for index in range(1, args.latency_repeat + 1):
         # Rotated by one per round, as the throughput rounds are: no variant always runs first.
-        shift = (index - 1) % len(measured) if measured else 0
-        for system in measured[shift:] + measured[:shift]:
+        shift = (index - 1) % len(variants) if variants else 0
+        for label, system, rate in variants[shift:] + variants[:shift]:
             for client in clients:
-                name = system.key if len(clients) == 1 else f"{system.key} ({client})"
+                name = label if len(clients) == 1 else f"{label} ({client})"
                 if args.latency_repeat > 1:
                     name += f" #{index}"
-                result = await one(system, client, args.latency_seconds, args.latency_warmup)
+                result = await one(system, client, args.latency_seconds, args.latency_warmup, rate)
                 result["commit_interval_s"] = commit_interval_for(system, args)
                 results[name] = result
                 commits, gaps = result["worker_commit_ms"], result["worker_commit_gap_ms"]
@@ -1003,6 +1033,19 @@ def main(argv: list[str] | None = None) -> int:
         default="confluent",
         help="the latency mode's generator and reader: confluent (librdkafka, off the event "
         "loop), aiokafka (the earlier harness), or both, comma-separated",
+    )
+    parser.add_argument(
+        "--latency-capacity",
+        action="store_true",
+        help="with --latency: first find the highest live rate one exactly-once worker "
+        "sustains (from 0.55 of its drain rate, in tenths), then add exactly-once rounds at "
+        "half of it",
+    )
+    parser.add_argument(
+        "--latency-capacity-seconds",
+        type=float,
+        default=20.0,
+        help="seconds of each --latency-capacity step, after 5 s of warm-up (default: %(default)s)",
     )
     parser.add_argument(
         "--latency-rate",
