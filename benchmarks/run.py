@@ -713,6 +713,7 @@ async def measure_latencies(
             "drain_records_per_s": medians["eos"],
             "steps": [{"rate": rate, "sustained": ok} for rate, ok in steps],
             "sustained_p99_ms": latency.SUSTAINED_P99_MS,
+            "prolonged_seconds": latency.PROLONGED_SECONDS,
             "seconds": args.latency_capacity_seconds,
         }
         print(f"  live capacity (eos): {best} records/s; steps {steps}", flush=True)

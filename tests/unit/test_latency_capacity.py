@@ -22,16 +22,26 @@ def _round(by_second: list[int], **changes: Any) -> dict[str, Any]:
     return result
 
 
-def test_a_round_keeps_up_when_no_second_after_the_warm_up_is_over_the_bound() -> None:
-    # The warm-up's slow seconds do not count; the steady ones do.
-    assert sustained(_round([3000, 2500, 180, 240, SUSTAINED_P99_MS]))
-    assert not sustained(_round([150, 160, 180, SUSTAINED_P99_MS + 1, 200]))
+B = SUSTAINED_P99_MS + 1  # a second the worker was behind
+OK = 200
+
+
+def test_a_round_keeps_up_unless_it_is_behind_for_three_seconds_in_a_row() -> None:
+    # The warm-up's seconds (2 here) and the part-second after the load (the last) do not count.
+    assert sustained(_round([3000, 2500, OK, OK, SUSTAINED_P99_MS, OK, 5000]))
+    # One or two bad seconds it recovers from are a transient.
+    assert sustained(_round([OK, OK, OK, B, B, OK, B, OK, OK]))
+    assert not sustained(_round([OK, OK, OK, B, B, B, OK, OK, OK]))
+
+
+def test_a_round_still_behind_when_the_load_stopped_did_not_keep_up() -> None:
+    assert not sustained(_round([OK, OK, OK, OK, OK, B, OK]))
 
 
 def test_a_round_whose_generator_or_outputs_fell_short_did_not_keep_up() -> None:
-    assert not sustained(_round([150, 150, 150], rate_achieved=45_000))
-    assert not sustained(_round([150, 150, 150], missing=3))
-    assert not sustained(_round([150, 150]))  # no steady second at all
+    assert not sustained(_round([OK, OK, OK, OK], rate_achieved=45_000))
+    assert not sustained(_round([OK, OK, OK, OK], missing=3))
+    assert not sustained(_round([OK, OK, OK]))  # no full steady second at all
 
 
 def _search(limit: int, drain: float = 100_000) -> tuple[int | None, list[tuple[int, bool]]]:
@@ -77,6 +87,7 @@ def test_the_report_names_the_rate_found_and_every_step() -> None:
                     {"rate": 75_000, "sustained": False},
                 ],
                 "sustained_p99_ms": 1000,
+                "prolonged_seconds": 3,
                 "seconds": 20.0,
             }
         )
@@ -84,4 +95,5 @@ def test_the_report_names_the_rate_found_and_every_step() -> None:
 
     assert "**65,000 records/s**, 0.65 of its drain rate (100,000/s)" in text
     assert "75,000/s fell behind" in text
+    assert "over 1,000 ms) for 3 seconds in a row" in text
     assert _live_capacity(None) == []
