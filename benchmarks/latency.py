@@ -445,6 +445,8 @@ SUSTAINED_P99_MS = 1000
 PROLONGED_SECONDS = 3
 #: The search's first rate and its steps, as fractions of the drain rate.
 CAPACITY_FIRST, CAPACITY_STEP = 0.55, 0.10
+#: Seconds of each search step before the ones judged (the worker's first transactions).
+CAPACITY_WARMUP_S = 5.0
 
 
 def sustained(result: dict[str, Any]) -> bool:

@@ -188,7 +188,8 @@ def _live_capacity(capacity: dict[str, Any] | None) -> list[str]:
     return [
         "",
         f"Live capacity (one exactly-once worker fed live, the highest rate tried at which "
-        f"{criterion}; {capacity['seconds']:g} s steps after 5 s of warm-up): {verdict}. "
+        f"{criterion}; {capacity['seconds']:g} s steps after {capacity.get('warmup_s', 5):g} s "
+        f"of warm-up): {verdict}. "
         f"Steps: {steps}.",
     ]
 

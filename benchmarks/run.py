@@ -697,7 +697,9 @@ async def measure_latencies(
     if args.latency_capacity and eos is not None and "eos" in medians:
 
         async def probe(rate: int) -> bool:
-            trial = await one(eos, clients[0], args.latency_capacity_seconds, 5.0, rate)
+            trial = await one(
+                eos, clients[0], args.latency_capacity_seconds, latency.CAPACITY_WARMUP_S, rate
+            )
             kept = latency.sustained(trial)
             print(
                 f"  live capacity: {trial['rate_achieved']:,}/s "
@@ -715,6 +717,7 @@ async def measure_latencies(
             "sustained_p99_ms": latency.SUSTAINED_P99_MS,
             "prolonged_seconds": latency.PROLONGED_SECONDS,
             "seconds": args.latency_capacity_seconds,
+            "warmup_s": latency.CAPACITY_WARMUP_S,
         }
         print(f"  live capacity (eos): {best} records/s; steps {steps}", flush=True)
         if best:
