@@ -22,16 +22,29 @@ committing session stalls). The relay therefore only publishes commit numbers up
 below which nothing can still appear:
 
 1. read ``s = pg_sequence_last_value(<outbox>_commit_seq)``;
-2. then, in a later statement, take a snapshot and remember ``x = pg_snapshot_xmax`` of it;
+2. then, in a later statement, remember ``x``, the next xid the cluster will assign;
 3. once some later snapshot has ``pg_snapshot_xmin >= x``, every number ``<= s`` is final.
 
 Why: a transaction that took a number ``<= s`` did so before step 1, and it had its xid before
-that (it had inserted outbox rows), so its xid is below ``x`` (``xmax`` is the first xid not yet
-assigned when the snapshot of step 2 was taken). ``xmin >= x`` means no xid below ``x`` is still
-running: each of those transactions has committed (and its rows and commit number are visible)
-or aborted (and they are gone). Later transactions take numbers above ``s``. The horizon only
-ever moves forward; when nothing is in flight, a poll's own snapshot already has
-``xmin == xmax`` and the horizon is the latest number at once.
+that (it had inserted outbox rows), so its xid is below ``x``. A snapshot's ``xmin`` is at most
+every xid still running: it counts those below the snapshot's ``xmax``, it is itself at most
+that ``xmax``, and a running xid it does not count is at or above that ``xmax`` (see below). So
+``xmin >= x`` means no xid below ``x`` is still running: each of those
+transactions has committed (and its rows and commit number are visible) or aborted (and they
+are gone). Later transactions take numbers above ``s``. The horizon only ever moves forward;
+when nothing is in flight, a poll's own snapshot already has ``xmin == x`` and the horizon is
+the latest number at once.
+
+**Not the snapshot's xmax.** ``pg_snapshot_xmax`` is one past the newest *completed* xid, not
+the next one to be assigned: a transaction whose xid is the newest one, still committing while
+no later xid has completed, is at or above it and in neither ``xmin`` nor ``xip``. Taking
+``x = xmax`` called such a transaction's number final before its commit was visible, and the
+relay skipped (and then deleted) its events: rarely, when the relay read the sequence inside
+that commit's few microseconds. ``x`` is therefore read as ``xmax + age(xid(xmax))``: ``age``
+measures from the next xid to be assigned when the calling transaction has none (an
+autocommit ``SELECT`` has none), so this is the next xid, read after the statement's snapshot,
+without spending one. (``pg_current_xact_id()`` would give the same bound but assign an xid at
+every poll.)
 
 **What holds it back.** ``pg_snapshot_xmin`` is the oldest transaction *holding an xid* in the
 whole cluster (any database; prepared transactions included; read-only transactions without
@@ -53,7 +66,7 @@ import psycopg
 
 from streams_app.postgres.schema import OutboxNames, literal
 
-#: Pending (xmax, number) observations kept while held back; older ones are thinned out
+#: Pending (next xid, number) observations kept while held back; older ones are thinned out
 #: (conservatively: a thinned observation is replaced by a later one, never an earlier one).
 _MAX_PENDING = 4096
 
@@ -66,8 +79,10 @@ class Horizon:
         self._last_value_sql = (
             f"SELECT coalesce(pg_sequence_last_value({literal(names.sequence)}), 0)"
         )
+        # xmin, and the next xid to be assigned (see "Not the snapshot's xmax" above).
         self._snapshot_sql = (
-            "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint "
+            "SELECT pg_snapshot_xmin(s)::text::bigint, "
+            "pg_snapshot_xmax(s)::text::bigint + age(xid(pg_snapshot_xmax(s))) "
             "FROM pg_current_snapshot() AS s"
         )
         self.final = 0
@@ -90,16 +105,17 @@ class Horizon:
         assert snap is not None
         return self.observe(number, int(snap[0]), int(snap[1]))
 
-    def observe(self, number: int, xmin: int, xmax: int) -> int:
-        """Record "``number`` was read before a snapshot with these bounds"; the new horizon."""
+    def observe(self, number: int, xmin: int, next_xid: int) -> int:
+        """Record "``number`` was read before ``next_xid`` was the next xid, and a snapshot
+        with this ``xmin`` was taken after that"; the new horizon."""
         self.latest = max(self.latest, number)
         if number > self.final:
             if self._pending and self._pending[-1][1] >= number:
-                pass  # an earlier observation with a smaller xmax already covers it
+                pass  # an earlier observation with a smaller bound already covers it
             else:
-                self._pending.append((xmax, number))
+                self._pending.append((next_xid, number))
                 if len(self._pending) > _MAX_PENDING:
-                    # Drop every other middle entry: each survivor still has an xmax at least
+                    # Drop every other middle entry: each survivor still has a bound at least
                     # as large as the entries it stands for, so it never becomes final early.
                     kept = list(self._pending)
                     self._pending = deque(kept[:1] + kept[1:-1:2] + kept[-1:])

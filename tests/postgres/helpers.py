@@ -48,3 +48,36 @@ async def query(dsn: str, sql: str, params: Any = None) -> list[Any]:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         cur = await conn.execute(sql, params)
         return list(await cur.fetchall()) if cur.description else []
+
+
+#: The advisory lock a held commit waits for (see :func:`hold_commits_that_ask`).
+HOLD_LOCK = 4242
+
+
+async def hold_commits_that_ask(conn: psycopg.AsyncConnection[Any]) -> None:
+    """A deferred trigger on the outbox that fires at COMMIT after the one numbering the
+    transaction (deferred triggers fire in name order) and, in a transaction that ran
+    :data:`ASK_HOLD`, waits for advisory lock :data:`HOLD_LOCK`. Hold the lock and such a
+    commit has taken its number but is not visible until the lock is released."""
+    await conn.execute(
+        "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF current_setting('test.hold_commit', true) = 'on' THEN "
+        f"PERFORM pg_advisory_xact_lock({HOLD_LOCK}); END IF; RETURN NULL; END $$"
+    )
+    await conn.execute(
+        "CREATE CONSTRAINT TRIGGER zz_hold AFTER INSERT ON outbox DEFERRABLE INITIALLY "
+        "DEFERRED FOR EACH ROW EXECUTE FUNCTION hold_commit()"
+    )
+
+
+#: Run in a transaction to have its commit held (:func:`hold_commits_that_ask`).
+ASK_HOLD = "SELECT set_config('test.hold_commit', 'on', true)"
+
+
+async def commit_is_held(conn: psycopg.AsyncConnection[Any]) -> bool:
+    cur = await conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND wait_event = 'advisory'"
+    )
+    row = await cur.fetchone()
+    return bool(row and row[0])

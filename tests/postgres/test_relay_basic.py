@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import psycopg
@@ -9,9 +10,17 @@ import pytest
 
 from streams_app.postgres import outbox
 from streams_app.postgres.relay import H_OUTBOX_COMMIT, H_OUTBOX_ID
-from streams_app.postgres.schema import init_outbox_sync
+from streams_app.postgres.schema import init_outbox, init_outbox_sync
 from streams_app.readback import read_topics
-from tests.postgres.helpers import query, relay, running
+from tests.postgres.helpers import (
+    ASK_HOLD,
+    HOLD_LOCK,
+    commit_is_held,
+    hold_commits_that_ask,
+    query,
+    relay,
+    running,
+)
 from tests.runtime.helpers import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -62,6 +71,47 @@ async def test_relay_publishes_committed_events_once_and_cleans_up(
     for rec in records:
         by_key.setdefault(rec.key or b"", []).append(json.loads(rec.value)["t"])
     assert all(ts == sorted(ts) for ts in by_key.values())
+
+
+async def test_relay_never_skips_a_commit_still_in_flight(
+    bootstrap_servers: str, postgres_dsn: str, unique: str
+) -> None:
+    """B takes its xid first, A a newer one. A reaches COMMIT, takes commit number 1 and is
+    held before it becomes visible; B then commits with number 2. The relay must wait for A
+    and publish both. (Taking the snapshot's xmax as its bound, the relay called 2 final at
+    once, since no xid after A's had completed: it published B, skipped A, and its clean-up
+    deleted A's event. A CI run saw that as two events missing.)"""
+    topic = f"ob-{unique}"
+    await create_topic(bootstrap_servers, topic)
+    setup = await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True)
+    b = await psycopg.AsyncConnection.connect(postgres_dsn)
+    a = await psycopg.AsyncConnection.connect(postgres_dsn)
+    try:
+        await init_outbox(setup)
+        await hold_commits_that_ask(setup)
+        await setup.execute("SELECT pg_advisory_lock(%s)", (HOLD_LOCK,))
+        await outbox.add(b, topic=topic, key="b", value={"event": "B"})  # the older xid
+        await outbox.add(a, topic=topic, key="a", value={"event": "A"})  # the newest xid
+        await a.execute(ASK_HOLD)
+        committing = asyncio.create_task(a.commit())
+        await wait_until(lambda: commit_is_held(setup), timeout=30)
+        await b.commit()
+        async with running(relay(postgres_dsn, bootstrap_servers)) as r:
+            await wait_until(lambda: r.horizon.latest >= 2, timeout=30)  # it read both
+            assert r.horizon.final == 0, "called a number final while its commit was in flight"
+            await setup.execute("SELECT pg_advisory_unlock(%s)", (HOLD_LOCK,))
+            await committing
+            await wait_until(lambda: _empty(postgres_dsn), timeout=60)
+            assert r.published == 2
+    finally:
+        for conn in (setup, a, b):
+            await conn.close()
+    records = (await read_topics(bootstrap_servers, [topic]))[topic]
+    published = sorted(
+        (int(rec.header(H_OUTBOX_COMMIT) or b"0"), json.loads(rec.value or b"{}")["event"])
+        for rec in records
+    )
+    assert published == [(1, "A"), (2, "B")]
 
 
 async def _empty(dsn: str) -> bool:

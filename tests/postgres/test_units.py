@@ -15,32 +15,33 @@ from topologies.orders.models import Order
 
 def test_horizon_is_final_only_once_every_older_xid_is_gone() -> None:
     h = Horizon("outbox")
-    # number 5 read, then a snapshot with xid 100 still running and xmax 110
-    assert h.observe(5, xmin=100, xmax=110) == 0
+    # number 5 read, then the next xid is 110 and a snapshot has xid 100 still running
+    assert h.observe(5, xmin=100, next_xid=110) == 0
     assert h.held_back
-    # later: number 9, xid 105 running (100 finished), xmax 120: 5 is not final yet (105 < 110)
-    assert h.observe(9, xmin=105, xmax=120) == 0
+    # later: number 9, xid 105 running (100 finished), next xid 120: 5 is not final yet
+    # (105 < 110)
+    assert h.observe(9, xmin=105, next_xid=120) == 0
     # everything below 110 finished: 5 is final; 9 needs xmin >= 120
-    assert h.observe(9, xmin=115, xmax=125) == 5
-    assert h.observe(9, xmin=125, xmax=125) == 9
+    assert h.observe(9, xmin=115, next_xid=125) == 5
+    assert h.observe(9, xmin=125, next_xid=125) == 9
     assert not h.held_back
 
 
 def test_horizon_nothing_in_flight_is_final_at_once_and_never_goes_back() -> None:
     h = Horizon("outbox")
-    assert h.observe(3, xmin=50, xmax=50) == 3
-    assert h.observe(3, xmin=40, xmax=60) == 3  # (never happens, but must not go back)
+    assert h.observe(3, xmin=50, next_xid=50) == 3
+    assert h.observe(3, xmin=40, next_xid=60) == 3  # (never happens, but must not go back)
 
 
 def test_horizon_bounded_while_held_back_and_still_conservative() -> None:
     h = Horizon("outbox")
     for i in range(10_000):
-        h.observe(i + 1, xmin=1, xmax=1000 + i)
+        h.observe(i + 1, xmin=1, next_xid=1000 + i)
     assert len(h._pending) <= 4097
-    # The oldest transaction ends; xmin passes some xmaxes but not all.
-    final = h.observe(10_000, xmin=1000 + 5000, xmax=20_000)
-    assert 0 < final <= 5001  # numbers read before a snapshot whose xmax <= xmin only
-    assert h.observe(10_000, xmin=20_000, xmax=20_000) == 10_000
+    # The oldest transaction ends; xmin passes some bounds but not all.
+    final = h.observe(10_000, xmin=1000 + 5000, next_xid=20_000)
+    assert 0 < final <= 5001  # numbers whose bound <= xmin only
+    assert h.observe(10_000, xmin=20_000, next_xid=20_000) == 10_000
 
 
 def test_describe_never_shows_user_or_password() -> None:
