@@ -6,6 +6,7 @@ No Kafka here: these check the two database facts the relay rests on (streams_ap
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import psycopg
 import pytest
@@ -110,25 +111,32 @@ async def test_horizon_never_passes_a_number_whose_commit_is_still_in_flight(
     await hold_commits_that_ask(setup)
     await setup.execute("SELECT pg_advisory_lock(%s)", (HOLD_LOCK,))  # session lock: no xid
     relay = await connect(postgres_dsn, autocommit=True)
-    horizon = Horizon("outbox")
-    assert await horizon.advance(relay) == 0
     writer = await connect(postgres_dsn)
-    await outbox.add(writer, topic="t", key="a", value="in flight")  # the newest xid
-    await writer.execute(ASK_HOLD)
-    committing = asyncio.create_task(writer.commit())
-    await wait_until(lambda: commit_is_held(relay), timeout=30)
-    cur = await relay.execute("SELECT pg_sequence_last_value('outbox_commit_seq')")
-    assert (await cur.fetchone())[0] == 1  # type: ignore[index]  # the number is taken
-    cur = await relay.execute("SELECT count(*) FROM outbox_commits")
-    assert (await cur.fetchone())[0] == 0  # type: ignore[index]  # and not visible yet
-    for _ in range(3):
+    committing: asyncio.Task[None] | None = None
+    try:
+        horizon = Horizon("outbox")
         assert await horizon.advance(relay) == 0
-    assert horizon.held_back
-    await setup.execute("SELECT pg_advisory_unlock(%s)", (HOLD_LOCK,))
-    await committing
-    assert await horizon.advance(relay) == 1
-    for c in (setup, relay, writer):
-        await c.close()
+        await outbox.add(writer, topic="t", key="a", value="in flight")  # the newest xid
+        await writer.execute(ASK_HOLD)
+        committing = asyncio.create_task(writer.commit())
+        await wait_until(lambda: commit_is_held(relay), timeout=30)
+        cur = await relay.execute("SELECT pg_sequence_last_value('outbox_commit_seq')")
+        assert (await cur.fetchone())[0] == 1  # type: ignore[index]  # the number is taken
+        cur = await relay.execute("SELECT count(*) FROM outbox_commits")
+        assert (await cur.fetchone())[0] == 0  # type: ignore[index]  # and not visible yet
+        for _ in range(3):
+            assert await horizon.advance(relay) == 0
+        assert horizon.held_back
+        await setup.execute("SELECT pg_advisory_unlock(%s)", (HOLD_LOCK,))
+        await committing
+        assert await horizon.advance(relay) == 1
+    finally:
+        await setup.close()  # releases the hold (a session lock), should a check have failed
+        if committing is not None:
+            with contextlib.suppress(Exception):
+                await committing
+        for c in (relay, writer):
+            await c.close()
 
 
 def test_init_is_idempotent_and_keeps_the_relay_id(postgres_dsn: str) -> None:
