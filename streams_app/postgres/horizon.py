@@ -97,6 +97,10 @@ class Horizon:
 
     async def advance(self, conn: psycopg.AsyncConnection[Any]) -> int:
         """One observation (two statements, on an autocommit connection); the new horizon."""
+        if not conn.autocommit:
+            # Inside a transaction ``age`` counts from a value fixed at the transaction's start
+            # (or from its own xid), so the bound would stop moving with the cluster.
+            raise ValueError("Horizon.advance needs an autocommit connection")
         cur = await conn.execute(self._last_value_sql)
         row = await cur.fetchone()
         number = int(row[0]) if row else 0

@@ -152,6 +152,12 @@ class OutboxRelay:
         """
         #: Commits read per fetch: adapted so that a fetch yields about one batch of events.
         self._commits_per_fetch = 64
+        # The last commit of the fetch's window (the same commits, in the same order).
+        self._window_end_sql = f"""
+            SELECT max(seq) FROM (SELECT seq FROM {n.commits}
+                                  WHERE seq >= %(commit)s AND seq <= %(final)s
+                                  ORDER BY seq LIMIT %(commits)s) AS c
+        """
         self._cleanup_sql = f"""
             DELETE FROM {n.table} AS o USING {n.commits} AS c
             WHERE o.txid = c.txid AND c.seq >= %(from)s AND c.seq <= %(commit)s
@@ -205,6 +211,8 @@ class OutboxRelay:
         )
         self._conn = await self._connect()
         self.relay_id = await schema.outbox_relay_id(self._conn, config.table)
+        if self.exactly_once:
+            await schema.check_commit_sequence(self._conn, config.table)
         admin = self.transport.admin()
         await admin.start()  # raises BrokerUnavailable naming the address
         self._admin = admin
@@ -365,6 +373,9 @@ class OutboxRelay:
             },
         )
         rows = list(await cur.fetchall())
+        if not rows:
+            await self._pass_empty_commits(conn, final, commits)
+            return []
         rows.sort(key=lambda row: (row[0], row[1]))
         # Every commit read contributes all its events (up to ``limit``), so the first
         # ``limit`` rows in order are exactly the next ``limit`` events.
@@ -373,6 +384,32 @@ class OutboxRelay:
         elif len(rows) < limit and len({row[0] for row in rows}) >= commits:
             self._commits_per_fetch = min(limit, commits * 2)
         return rows[:limit]
+
+    async def _pass_empty_commits(
+        self, conn: psycopg.AsyncConnection[Any], final: int, commits: int
+    ) -> None:
+        """The fetch's window of commits held no event to publish: move past it.
+
+        A commit can be left without events (a writer that deleted its own event before
+        committing, an operator purging rows); a window made only of such commits would
+        otherwise be read again and again and the relay would stall there for good. They are
+        at or below the horizon, so nothing can appear in them any more. The position moves
+        only here, in memory (nothing was published); the clean-up then deletes their commit
+        rows, and after a restart the same window is simply passed again."""
+        cur = await conn.execute(
+            self._window_end_sql,
+            {"commit": self.position.commit, "final": final, "commits": commits},
+        )
+        row = await cur.fetchone()
+        last = int(row[0]) if row and row[0] is not None else None
+        if last is not None and last > self.position.commit:
+            log.debug(
+                "outbox relay for %s: commits %d..%d hold no events; passing them",
+                self.config.table,
+                self.position.commit,
+                last,
+            )
+            self.position = Position(last, 0)
 
     async def _check_topics(self, rows: Sequence[Any]) -> bool:
         """Every topic of the batch exists (the relay creates none): else say which, and wait.

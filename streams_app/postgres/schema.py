@@ -236,6 +236,26 @@ def init_outbox_sync(conn: psycopg.Connection[Any], name: str = "outbox") -> str
     return str(row[0])
 
 
+async def check_commit_sequence(conn: psycopg.AsyncConnection[Any], name: str) -> None:
+    """The horizon (:mod:`streams_app.postgres.horizon`) needs every commit number taken at
+    the moment it is handed out: a sequence that caches numbers per session hands out, later,
+    numbers below its last value, and the relay would skip those commits. ``init`` creates it
+    with ``CACHE 1``; this catches an ``ALTER SEQUENCE`` since."""
+    sequence = OutboxNames(name).sequence
+    cur = await conn.execute(
+        f"SELECT seqcache FROM pg_sequence WHERE seqrelid = {literal(sequence)}::regclass"
+    )
+    row = await cur.fetchone()
+    if row is not None and int(row[0]) != 1:
+        raise ConfigError(
+            "table",
+            f"outbox {name!r}: its commit sequence {sequence} caches {int(row[0])} numbers per "
+            "session, so numbers are not taken in the order they are handed out and the relay "
+            "could skip commits",
+            f"run ALTER SEQUENCE {sequence} CACHE 1",
+        )
+
+
 async def outbox_relay_id(conn: psycopg.AsyncConnection[Any], name: str) -> str:
     """The outbox's relay id; a ConfigError naming the fix if the outbox is not initialised."""
     fix = f"run `streams-app outbox init --dsn ... --table {name}`"

@@ -74,10 +74,14 @@ async def hold_commits_that_ask(conn: psycopg.AsyncConnection[Any]) -> None:
 ASK_HOLD = "SELECT set_config('test.hold_commit', 'on', true)"
 
 
-async def commit_is_held(conn: psycopg.AsyncConnection[Any]) -> bool:
+async def commit_is_held(
+    conn: psycopg.AsyncConnection[Any], writer: psycopg.AsyncConnection[Any]
+) -> bool:
+    """Is ``writer``'s commit waiting at the hold?"""
     cur = await conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND wait_event = 'advisory'"
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND objid = %s AND pid = %s",
+        (HOLD_LOCK, writer.info.backend_pid),
     )
     row = await cur.fetchone()
     return bool(row and row[0])

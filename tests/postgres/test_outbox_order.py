@@ -11,9 +11,10 @@ import contextlib
 import psycopg
 import pytest
 
+from streams_app.errors import ConfigError
 from streams_app.postgres import outbox
 from streams_app.postgres.horizon import Horizon, oldest_xid_holder
-from streams_app.postgres.schema import init_outbox, init_outbox_sync
+from streams_app.postgres.schema import check_commit_sequence, init_outbox, init_outbox_sync
 from tests.postgres.helpers import ASK_HOLD, HOLD_LOCK, commit_is_held, hold_commits_that_ask
 from tests.runtime.helpers import wait_until
 
@@ -92,7 +93,7 @@ async def test_horizon_waits_for_an_open_transaction_then_covers_it(postgres_dsn
     assert holder is not None and holder.kind == "session"
     assert holder.state == "idle in transaction"
     await slow.commit()  # commit number 2
-    assert await horizon.advance(setup) == 2
+    await wait_until(lambda: _advanced_to(horizon, setup, 2), timeout=30)
     assert not horizon.held_back
     for c in (setup, slow, fast):
         await c.close()
@@ -119,7 +120,7 @@ async def test_horizon_never_passes_a_number_whose_commit_is_still_in_flight(
         await outbox.add(writer, topic="t", key="a", value="in flight")  # the newest xid
         await writer.execute(ASK_HOLD)
         committing = asyncio.create_task(writer.commit())
-        await wait_until(lambda: commit_is_held(relay), timeout=30)
+        await wait_until(lambda: commit_is_held(relay, writer), timeout=30)
         cur = await relay.execute("SELECT pg_sequence_last_value('outbox_commit_seq')")
         assert (await cur.fetchone())[0] == 1  # type: ignore[index]  # the number is taken
         cur = await relay.execute("SELECT count(*) FROM outbox_commits")
@@ -129,7 +130,8 @@ async def test_horizon_never_passes_a_number_whose_commit_is_still_in_flight(
         assert horizon.held_back
         await setup.execute("SELECT pg_advisory_unlock(%s)", (HOLD_LOCK,))
         await committing
-        assert await horizon.advance(relay) == 1
+        # (other activity in the cluster may hold it back a moment longer: poll)
+        await wait_until(lambda: _advanced_to(horizon, relay, 1), timeout=30)
     finally:
         await setup.close()  # releases the hold (a session lock), should a check have failed
         if committing is not None:
@@ -137,6 +139,28 @@ async def test_horizon_never_passes_a_number_whose_commit_is_still_in_flight(
                 await committing
         for c in (relay, writer):
             await c.close()
+
+
+async def _advanced_to(
+    horizon: Horizon,
+    conn: psycopg.AsyncConnection,  # type: ignore[type-arg]
+    number: int,
+) -> bool:
+    return await horizon.advance(conn) == number
+
+
+async def test_a_commit_sequence_that_caches_numbers_is_refused(postgres_dsn: str) -> None:
+    conn = await connect(postgres_dsn, autocommit=True)
+    try:
+        await init_outbox(conn)
+        await check_commit_sequence(conn, "outbox")
+        await conn.execute("ALTER SEQUENCE outbox_commit_seq CACHE 20")
+        with pytest.raises(ConfigError) as refused:
+            await check_commit_sequence(conn, "outbox")
+        assert "caches 20 numbers" in str(refused.value)
+        assert 'ALTER SEQUENCE "outbox_commit_seq" CACHE 1' in str(refused.value)
+    finally:
+        await conn.close()
 
 
 def test_init_is_idempotent_and_keeps_the_relay_id(postgres_dsn: str) -> None:

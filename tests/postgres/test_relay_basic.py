@@ -96,7 +96,7 @@ async def test_relay_never_skips_a_commit_still_in_flight(
         await outbox.add(a, topic=topic, key="a", value={"event": "A"})  # the newest xid
         await a.execute(ASK_HOLD)
         committing = asyncio.create_task(a.commit())
-        await wait_until(lambda: commit_is_held(setup), timeout=30)
+        await wait_until(lambda: commit_is_held(setup, a), timeout=30)
         await b.commit()
         async with running(relay(postgres_dsn, bootstrap_servers)) as r:
             await wait_until(lambda: r.horizon.latest >= 2, timeout=30)  # it read both
@@ -118,6 +118,33 @@ async def test_relay_never_skips_a_commit_still_in_flight(
         for rec in records
     )
     assert published == [(1, "A"), (2, "B")]
+
+
+async def test_relay_passes_commits_left_without_events(
+    bootstrap_servers: str, postgres_dsn: str, unique: str
+) -> None:
+    """Writers that took their event back before committing leave commit numbers with no
+    events: more of them in a row than the relay reads per fetch must not stall it."""
+    topic = f"ob-{unique}"
+    await create_topic(bootstrap_servers, topic)
+    with psycopg.connect(postgres_dsn) as conn:
+        init_outbox_sync(conn)
+        for _ in range(300):
+            with conn.transaction():
+                outbox.add(conn, topic=topic, key="k", value={"event": "taken back"})
+                conn.execute("DELETE FROM outbox")
+        with conn.transaction():
+            outbox.add(conn, topic=topic, key="k", value={"event": "kept"})
+        empty = conn.execute(
+            "SELECT count(*) FROM outbox_commits c "
+            "WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.txid = c.txid)"
+        ).fetchone()
+    assert empty is not None and empty[0] == 300
+    async with running(relay(postgres_dsn, bootstrap_servers)) as r:
+        await wait_until(lambda: _empty(postgres_dsn), timeout=30)
+        assert r.published == 1
+    records = (await read_topics(bootstrap_servers, [topic]))[topic]
+    assert [json.loads(rec.value or b"{}")["event"] for rec in records] == ["kept"]
 
 
 async def _empty(dsn: str) -> bool:
