@@ -374,7 +374,8 @@ class OutboxRelay:
         )
         rows = list(await cur.fetchall())
         if not rows:
-            await self._pass_empty_commits(conn, final, commits)
+            if final > self.position.commit:  # (idle, the horizon is where we are: no query)
+                await self._pass_empty_commits(conn, final, commits)
             return []
         rows.sort(key=lambda row: (row[0], row[1]))
         # Every commit read contributes all its events (up to ``limit``), so the first

@@ -85,3 +85,18 @@ async def commit_is_held(
     )
     row = await cur.fetchone()
     return bool(row and row[0])
+
+
+async def close_after_hold(
+    holder: psycopg.AsyncConnection[Any],
+    committing: asyncio.Task[None] | None,
+    *others: psycopg.AsyncConnection[Any],
+) -> None:
+    """End a held-commit test whatever happened: close ``holder`` (which releases the hold, a
+    session lock, should a check have failed), let the held commit finish, close the rest."""
+    await holder.close()
+    if committing is not None:
+        with contextlib.suppress(Exception):
+            await committing
+    for conn in others:
+        await conn.close()

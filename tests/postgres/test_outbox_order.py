@@ -6,7 +6,6 @@ No Kafka here: these check the two database facts the relay rests on (streams_ap
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import psycopg
 import pytest
@@ -15,7 +14,13 @@ from streams_app.errors import ConfigError
 from streams_app.postgres import outbox
 from streams_app.postgres.horizon import Horizon, oldest_xid_holder
 from streams_app.postgres.schema import check_commit_sequence, init_outbox, init_outbox_sync
-from tests.postgres.helpers import ASK_HOLD, HOLD_LOCK, commit_is_held, hold_commits_that_ask
+from tests.postgres.helpers import (
+    ASK_HOLD,
+    HOLD_LOCK,
+    close_after_hold,
+    commit_is_held,
+    hold_commits_that_ask,
+)
 from tests.runtime.helpers import wait_until
 
 pytestmark = pytest.mark.postgres
@@ -133,12 +138,7 @@ async def test_horizon_never_passes_a_number_whose_commit_is_still_in_flight(
         # (other activity in the cluster may hold it back a moment longer: poll)
         await wait_until(lambda: _advanced_to(horizon, relay, 1), timeout=30)
     finally:
-        await setup.close()  # releases the hold (a session lock), should a check have failed
-        if committing is not None:
-            with contextlib.suppress(Exception):
-                await committing
-        for c in (relay, writer):
-            await c.close()
+        await close_after_hold(setup, committing, relay, writer)
 
 
 async def _advanced_to(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 
 import psycopg
@@ -16,6 +15,7 @@ from streams_app.readback import read_topics
 from tests.postgres.helpers import (
     ASK_HOLD,
     HOLD_LOCK,
+    close_after_hold,
     commit_is_held,
     hold_commits_that_ask,
     query,
@@ -106,12 +106,7 @@ async def test_relay_never_skips_a_commit_still_in_flight(
             await wait_until(lambda: _empty(postgres_dsn), timeout=60)
             assert r.published == 2
     finally:
-        await setup.close()  # releases the hold (a session lock), should a check have failed
-        if committing is not None:
-            with contextlib.suppress(Exception):
-                await committing
-        for conn in (a, b):
-            await conn.close()
+        await close_after_hold(setup, committing, a, b)
     records = (await read_topics(bootstrap_servers, [topic]))[topic]
     published = sorted(
         (int(rec.header(H_OUTBOX_COMMIT) or b"0"), json.loads(rec.value or b"{}")["event"])
