@@ -13,12 +13,11 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from streams_app.app import background, names
+from streams_app.app import background
 from streams_app.app.agent import Agent, AgentFun, Sink
 from streams_app.app.background import STREAM_TIME, WALL_CLOCK, Crontab, Task, Timer
 from streams_app.app.channel import Channel
 from streams_app.app.commands import Argument, Command, Option
-from streams_app.app.context import current_runtime
 from streams_app.app.faust_settings import AppSettings, build_settings
 from streams_app.app.global_table import GlobalTable
 from streams_app.app.pages import Page, routed
@@ -29,6 +28,8 @@ from streams_app.app.table import Table, WindowCloseCallback
 from streams_app.app.topic import Topic
 from streams_app.codecs import Codec, CodecSpec
 from streams_app.errors import TopologyError
+from streams_app.topology import names
+from streams_app.topology.contract import current_runtime
 from streams_app.transport.base import ProducerConfig, RecordMetadataLike, Transport
 
 if TYPE_CHECKING:

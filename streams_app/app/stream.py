@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streams_app.aio import within
-from streams_app.app.context import Event, TopicPartitionView, current_event
+from streams_app.topology.contract import Event, TopicPartitionView, current_event
 
 if TYPE_CHECKING:
     from streams_app.app.channel import Channel
@@ -273,7 +273,7 @@ class Stream:
 
     def _actor_topic(self, channel: Any) -> Any:
         if isinstance(channel, str):
-            from streams_app.app.context import current_runtime
+            from streams_app.topology.contract import current_runtime
 
             runtime = current_runtime.get()
             if runtime is None:

@@ -19,8 +19,6 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from streams_app.app import names
-from streams_app.app.context import Event, TaskScope, current_event, current_runtime, current_task
 from streams_app.app.topic import Topic
 from streams_app.app.windowed import WindowedTableState, WindowWrapper
 from streams_app.app.windows import (
@@ -34,6 +32,14 @@ from streams_app.codecs import Codec, CodecSpec, JsonCodec, codec_for, json_dump
 from streams_app.errors import NullKeyError, TopologyError
 from streams_app.state.base import DELETED, PartitionTransaction
 from streams_app.state.windowed import SlidingValueCodec, WindowedTransaction, WindowKeyCodec
+from streams_app.topology import names
+from streams_app.topology.contract import (
+    Event,
+    TaskScope,
+    current_event,
+    current_runtime,
+    current_task,
+)
 
 if TYPE_CHECKING:
     from streams_app.app.app import App

@@ -8,10 +8,10 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from streams_app.app.context import SendFuture, current_runtime
 from streams_app.app.windows import instant_ms
 from streams_app.codecs import Codec, CodecSpec, RecordCodec, codec_for
 from streams_app.errors import InvalidTimestamp, TopologyError
+from streams_app.topology.contract import SendFuture, current_runtime
 
 if TYPE_CHECKING:
     from streams_app.app.app import App

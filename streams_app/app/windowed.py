@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from streams_app.app.context import Event, TaskScope, current_event, current_runtime, current_task
 from streams_app.app.windows import (
     Duration,
     Op,
@@ -39,6 +38,13 @@ from streams_app.app.windows import (
 )
 from streams_app.errors import TopologyError
 from streams_app.state.windowed import SlidingValue, WindowedTransaction, WindowKey
+from streams_app.topology.contract import (
+    Event,
+    TaskScope,
+    current_event,
+    current_runtime,
+    current_task,
+)
 
 if TYPE_CHECKING:
     from streams_app.app.table import Table
@@ -152,6 +158,12 @@ def _scope() -> tuple[TaskScope, Event | None]:
     return task, None
 
 
+def _windows(task: TaskScope, table: Table) -> WindowedTableState:
+    """The task's windows of ``table``: the state :meth:`Table.open_windowed` made (the
+    contract types it as the little the commit needs of it)."""
+    return task.windowed(table)  # type: ignore[return-value]
+
+
 class WindowSet:
     """The windows of one key, bound to a record (Faust's ``WindowSet``).
 
@@ -172,7 +184,7 @@ class WindowSet:
 
     def _state(self) -> WindowedTableState:
         task, _ = _scope()
-        return task.windowed(self.wrapper.table)
+        return _windows(task, self.wrapper.table)
 
     def _read(self, state: WindowedTableState, window: WindowKey | None) -> Any:
         if window is not None and state.windows.expire_at(window) > state.observed:
@@ -193,7 +205,7 @@ class WindowSet:
         table = self.wrapper.table
         if not table._warned_key and (event is None or self.key is not event.key):
             table._check_key(self.key)  # a key other than the record's: one value per partition
-        state = task.windowed(table)
+        state = _windows(task, table)
         relative = self.wrapper._relative_to
         timestamp = (
             event.timestamp
@@ -259,7 +271,7 @@ class WindowSet:
         event = event or self.event or current_event.get()
         if event is None:
             raise TopologyError("this read needs the record being processed (it has none here)")
-        state = event.task.windowed(self.wrapper.table)
+        state = _windows(event.task, self.wrapper.table)
         value = state.windows.current_value(
             state.view, self.key, event.timestamp, state.observed, _MISSING
         )
@@ -430,7 +442,7 @@ class WindowWrapper:
 
     def __delitem__(self, key: Any) -> None:
         task, event = _scope()
-        state = task.windowed(self.table)
+        state = _windows(task, self.table)
         timestamp = self.get_timestamp(event)
         window = state.windows.current(state.view, key, timestamp)
         if window is not None:
@@ -438,14 +450,14 @@ class WindowWrapper:
 
     def __contains__(self, key: Any) -> bool:
         task, event = _scope()
-        state = task.windowed(self.table)
+        state = _windows(task, self.table)
         timestamp = self.get_timestamp(event)
         return state.read(state.windows.current(state.view, key, timestamp)) is not _MISSING
 
     def keys(self) -> list[Any]:
         """Keys with live windows in the current task's partition."""
         task, _ = _scope()
-        return task.windowed(self.table).keys()
+        return _windows(task, self.table).keys()
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.keys())

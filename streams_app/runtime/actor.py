@@ -20,11 +20,11 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from streams_app.aio import cancel_and_wait, within
-from streams_app.app import names
 from streams_app.app.channel import Channel
-from streams_app.app.context import Event, TopicPartitionView, current_event, current_runtime
 from streams_app.app.stream import SKIP, Processor, Stream
 from streams_app.runtime.scope import current_parkable, in_processing
+from streams_app.topology import names
+from streams_app.topology.contract import Event, TopicPartitionView, current_event, current_runtime
 
 if TYPE_CHECKING:
     from streams_app.app.agent import Agent

@@ -12,16 +12,14 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from streams_app.app.context import MISSING, Event, SendFuture
 from streams_app.runtime.plain_producer import PlainProducer
 from streams_app.runtime.rpc import RpcClient
+from streams_app.topology.contract import MISSING, Event, SendFuture
 from streams_app.transport.base import AdminClient, TopicSpec, Transport
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
-    from streams_app.app.channel import Channel
-    from streams_app.app.table import Table
-    from streams_app.app.topic import Topic
+    from streams_app.topology.contract import ChannelLike, TableLike, TopicLike
 
 
 class ClientRuntime:
@@ -68,7 +66,7 @@ class ClientRuntime:
 
     async def send(
         self,
-        topic: Topic,
+        topic: TopicLike,
         *,
         key: Any = None,
         value: Any = None,
@@ -89,24 +87,24 @@ class ClientRuntime:
         self._pending.append(future)
         return future
 
-    def send_nowait(self, topic: Topic, *_args: Any) -> None:
+    def send_nowait(self, topic: TopicLike, *_args: Any) -> None:
         return None  # the plain producer has no synchronous path: await send()
 
-    def send_soon(self, topic: Topic, **options: Any) -> None:
+    def send_soon(self, topic: TopicLike, **options: Any) -> None:
         self._pending.append(asyncio.ensure_future(self.send(topic, **options)))
 
     async def forward(
-        self, topic: Topic, event: Event, *, key: Any = None, partition: int | None = None
+        self, topic: TopicLike, event: Event, *, key: Any = None, partition: int | None = None
     ) -> SendFuture:
         raise RuntimeError("forwarding an event needs a running worker")
 
-    def table_items(self, table: Table) -> Iterator[tuple[Any, Any]]:
+    def table_items(self, table: TableLike) -> Iterator[tuple[Any, Any]]:
         return iter(())
 
-    def global_lookup(self, table: Table, key: Any) -> Any:
+    def global_lookup(self, table: TableLike, key: Any) -> Any:
         return MISSING
 
-    async def declare(self, topic: Topic) -> None:
+    async def declare(self, topic: TopicLike) -> None:
         assert self._admin is not None
         if topic.name in await self._admin.partition_counts([topic.name]):
             return
@@ -124,7 +122,7 @@ class ClientRuntime:
 
     async def ask(
         self,
-        topic: Topic,
+        topic: TopicLike,
         *,
         key: Any = None,
         value: Any = None,
@@ -147,7 +145,7 @@ class ClientRuntime:
             reply_to=reply_to,
         )
 
-    async def channel_send(self, channel: Channel, **options: Any) -> None:
+    async def channel_send(self, channel: ChannelLike, **options: Any) -> None:
         raise RuntimeError("channels are in-process: send to a channel from a worker")
 
     @property
@@ -164,7 +162,7 @@ class ClientRuntime:
     def is_leader(self) -> bool:
         return False
 
-    def topic(self, name: str) -> Topic:
+    def topic(self, name: str) -> TopicLike:
         return self.app.topic(name)
 
     def wall_time(self) -> float:

@@ -74,7 +74,6 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-from streams_app.app.context import SendFuture
 from streams_app.runtime.clock import Clock
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.task import Task
@@ -82,6 +81,7 @@ from streams_app.runtime.task_manager import TaskManager
 from streams_app.settings import AT_LEAST_ONCE, AT_MOST_ONCE, EXACTLY_ONCE_V2
 from streams_app.state.base import PartitionTransaction
 from streams_app.state.budget import UncommittedWrites
+from streams_app.topology.contract import SendFuture
 from streams_app.transport.base import ConsumerClient, GroupMetadata, TopicPartition
 from streams_app.transport.errors import (
     CommitFailedError,

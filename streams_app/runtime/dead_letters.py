@@ -19,10 +19,10 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from streams_app.app.context import SendFuture
 from streams_app.errors import WorkerStopped
 from streams_app.runtime.errors_policy import dead_letter_headers
 from streams_app.runtime.producer import StreamsProducer
+from streams_app.topology.contract import SendFuture
 from streams_app.transport.errors import TransportError, is_record_rejected
 
 log = logging.getLogger(__name__)

@@ -44,10 +44,10 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 from streams_app.aio import cancel_and_wait
-from streams_app.app.context import SendFuture
 from streams_app.runtime.clock import Cancellable, Clock, SystemClock
 from streams_app.runtime.metrics import ProducerStats
 from streams_app.runtime.scope import current_parkable, in_processing
+from streams_app.topology.contract import SendFuture
 from streams_app.transport.base import (
     AppendedRecord,
     BatchingProducerClient,

@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from streams_app.app import names
 from streams_app.errors import TopologyError
 from streams_app.runtime.stream_time import topic_stages
 from streams_app.settings import Settings
+from streams_app.topology import names
 from streams_app.transport.base import AdminClient, TopicSpec
 
 if TYPE_CHECKING:

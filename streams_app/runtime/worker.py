@@ -22,13 +22,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streams_app.app.context import (
-    MISSING,
-    Event,
-    SendFuture,
-    current_event,
-    current_runtime,
-)
 from streams_app.app.faust_settings import AppSettings
 from streams_app.codecs import DecodeError, TombstoneError
 from streams_app.errors import InvalidTimestamp, WorkerStopped
@@ -67,6 +60,13 @@ from streams_app.state.base import Store
 from streams_app.state.budget import StateMemory
 from streams_app.state.directory import StateDirectory
 from streams_app.state.factory import open_store, rocksdb_options
+from streams_app.topology.contract import (
+    MISSING,
+    Event,
+    SendFuture,
+    current_event,
+    current_runtime,
+)
 from streams_app.transport.base import (
     AdminClient,
     ConsumerClient,
@@ -83,9 +83,7 @@ from streams_app.transport.errors import (
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
-    from streams_app.app.channel import Channel
-    from streams_app.app.table import Table
-    from streams_app.app.topic import Topic
+    from streams_app.topology.contract import ChannelLike, TableLike, TopicLike
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +127,7 @@ class _NoTables:
 
     tables: dict[str, Any] = {}
 
-    def open_table(self, table: Table) -> Any:
+    def open_table(self, table: TableLike) -> Any:
         from streams_app.errors import TopologyError
 
         raise TopologyError(
@@ -187,7 +185,7 @@ class Worker:
         self._held: set[TopicPartition] = set()
         #: Of those, the ones holding a record to retry alone: they wait for every agent.
         self._held_for_retry: set[TopicPartition] = set()
-        self._soon: list[tuple[bool, Topic, dict[str, Any]]] = []
+        self._soon: list[tuple[bool, TopicLike, dict[str, Any]]] = []
         #: Partitions paused while a failed record of theirs backs off -> when they resume.
         self.backing_off: dict[TopicPartition, float] = {}
         self.records_processed = 0
@@ -1324,7 +1322,7 @@ class Worker:
 
     async def send(
         self,
-        topic: Topic,
+        topic: TopicLike,
         *,
         key: Any = None,
         value: Any = None,
@@ -1339,7 +1337,7 @@ class Worker:
 
     def send_nowait(
         self,
-        topic: Topic,
+        topic: TopicLike,
         key: Any,
         value: Any,
         headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None,
@@ -1430,7 +1428,7 @@ class Worker:
 
     def send_soon(
         self,
-        topic: Topic,
+        topic: TopicLike,
         *,
         key: Any = None,
         value: Any = None,
@@ -1456,7 +1454,7 @@ class Worker:
                 )
 
     async def forward(
-        self, topic: Topic, event: Event, *, key: Any = None, partition: int | None = None
+        self, topic: TopicLike, event: Event, *, key: Any = None, partition: int | None = None
     ) -> SendFuture:
         raw_key = event.raw_key if key is None else topic.key_codec.dumps(key)
         return await self._send_raw(
@@ -1480,7 +1478,7 @@ class Worker:
 
     async def ask(
         self,
-        topic: Topic,
+        topic: TopicLike,
         *,
         key: Any = None,
         value: Any = None,
@@ -1526,7 +1524,7 @@ class Worker:
 
     async def channel_send(
         self,
-        channel: Channel,
+        channel: ChannelLike,
         *,
         key: Any = None,
         value: Any = None,
@@ -1546,7 +1544,7 @@ class Worker:
 
     def _feed_channel(
         self,
-        channel: Channel,
+        channel: ChannelLike,
         key: Any,
         value: Any,
         headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None,
@@ -1577,7 +1575,7 @@ class Worker:
         """Records a windowed table refused because their windows had closed."""
         return self.punctuator.late_records
 
-    def table_items(self, table: Table) -> Iterator[tuple[Any, Any]]:
+    def table_items(self, table: TableLike) -> Iterator[tuple[Any, Any]]:
         store = self.stores.get(table.name)
         if store is None or self._tasks is None:
             return
@@ -1593,12 +1591,12 @@ class Worker:
             for raw_key, raw_value in store.partition(partition).items():
                 yield table.key_codec.loads(raw_key), table.value_codec.loads(raw_value)
 
-    def global_lookup(self, table: Table, key: Any) -> Any:
+    def global_lookup(self, table: TableLike, key: Any) -> Any:
         if self._global is None:
             return MISSING
         return self._global.lookup(table, key)
 
-    async def declare(self, topic: Topic) -> None:
+    async def declare(self, topic: TopicLike) -> None:
         counts = await self.admin.partition_counts([topic.name])
         if topic.name in counts:
             return
@@ -1613,7 +1611,7 @@ class Worker:
             ]
         )
 
-    def topic(self, name: str) -> Topic:
+    def topic(self, name: str) -> TopicLike:
         return self.app.topic(name)
 
     @property

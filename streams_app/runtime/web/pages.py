@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from streams_app.app.context import current_runtime
 from streams_app.app.pages import Page
 from streams_app.runtime.web.queries import jsonable, owner_of, parse_key
+from streams_app.topology.contract import current_runtime
 
 if TYPE_CHECKING:
     from streams_app.runtime.worker import Worker
