@@ -30,6 +30,12 @@ from streams_app.codecs import Codec, CodecSpec
 from streams_app.errors import TopologyError
 from streams_app.topology import names
 from streams_app.topology.contract import current_runtime
+from streams_app.topology.description import (
+    GROUP_BY,
+    THROUGH,
+    RepartitionDecl,
+    TopologyDescription,
+)
 from streams_app.transport.base import ProducerConfig, RecordMetadataLike, Transport
 
 if TYPE_CHECKING:
@@ -67,6 +73,10 @@ class App:
         self.pages: list[Page] = []
         self.channels: list[Channel] = []
         self.sinks: dict[str, PostgresSink] = {}
+        #: Repartition topic -> its group_by/through (:meth:`declare_repartition`).
+        self.repartitions: dict[str, RepartitionDecl] = {}
+        #: Agent name -> why its trace stopped short (None: it did not), once traced.
+        self._trace_notes: dict[str, str | None] = {}
         self.on_rebalance_start = Signal("on_rebalance_start", self)
         self.on_rebalance_complete = Signal("on_rebalance_complete", self)
         self.on_partitions_assigned = Signal("on_partitions_assigned", self)
@@ -137,6 +147,81 @@ class App:
         )
         self.topics[name] = topic
         return topic
+
+    def declare_repartition(
+        self,
+        agent: Agent,
+        source: str | None,
+        key: Callable[[Any], Any] | None,
+        *,
+        name: str | None,
+        partitions: int | None,
+        topic: Topic | None = None,
+    ) -> Topic:
+        """Declare the repartition topic of ``agent``'s ``group_by(key)`` (or ``through(topic)``)
+        on its stream of ``source``, and return it (the one already declared, if any).
+
+        The one way repartition topics come into the app: the agents' ``group_by`` and
+        ``through`` call it, whether a trace (:meth:`describe`) or a worker runs them.
+        """
+        source_topic = self.topics.get(source) if source else None
+        if source_topic is None or (
+            isinstance(agent.channel, Channel) and source == agent.channel.name
+        ):
+            raise RuntimeError("group_by/through need a topic: a channel has no partitions")
+        label: str | None = None
+        if topic is not None:
+            target = topic
+        else:
+            label = name or getattr(key, "__name__", None)
+            if not label or label == "<lambda>":
+                raise ValueError("group_by(key) with a lambda needs name=...")
+            topic_name = names.repartition_topic(
+                agent.name, source_topic.name, label, source_has_prefix=source_topic.has_prefix
+            )
+            target = self.topics.get(topic_name) or self.topic(
+                topic_name,
+                key_serializer=source_topic.key_codec,
+                value_serializer=source_topic.value_codec,
+                partitions=partitions,  # None: the worker's topic_partitions (the planner)
+                internal=True,
+            )
+        if target.name not in self.repartitions:
+            self.repartitions[target.name] = RepartitionDecl(
+                target.name,
+                source_topic.name,
+                agent.name,
+                GROUP_BY if topic is None else THROUGH,
+                label,
+            )
+        return target
+
+    def describe(self, *, trace: bool = True) -> TopologyDescription:
+        """What this app declares, as an immutable :class:`TopologyDescription` (``streams-app
+        -A module topology`` prints it; the planner and the worker read it).
+
+        ``trace``: first run each agent not traced yet up to its first ``async for``, so that
+        its ``group_by`` topics are declared (no worker or event loop needed: see
+        :mod:`streams_app.app.trace`). A worker describes without: its own agents have run that
+        far when it describes the app.
+        """
+        if trace:
+            untraced = [a for a in self.agents if a.name not in self._trace_notes]
+            if untraced:
+                from streams_app.app.trace import trace_agents
+
+                self._trace_notes.update(trace_agents(self))
+        from streams_app.app.describe import describe
+
+        return describe(self, self._trace_notes)
+
+    def resolve_table_partitions(self, table_partitions: Mapping[str, int]) -> None:
+        """Give tables declared without ``partitions=`` the count the plan chose for them (one
+        explicit step, at a worker's start), so ``table.partitions`` reads as in Faust."""
+        for name, partitions in table_partitions.items():
+            table = self.tables.get(name)
+            if table is not None and table.partitions is None:
+                table.partitions = partitions
 
     def channel(
         self,

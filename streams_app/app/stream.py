@@ -265,7 +265,7 @@ class Stream:
         return value
 
     def _derive(self, processor: Processor) -> Stream:
-        derived = Stream(
+        derived = type(self)(
             self._actor, self.topic, _core=self._core, _processors=[*self._processors, processor]
         )
         derived.active_partitions = self.active_partitions

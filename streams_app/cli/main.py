@@ -21,6 +21,7 @@ from streams_app.cli import (
     sink,
     status,
     tables,
+    topology,
     txn,
     worker,
 )
@@ -47,14 +48,15 @@ def build_parser(app: App | None = None, prog: str = "streams-app") -> argparse.
     parser.add_argument(
         "-A",
         "--app",
-        help="the topology module, e.g. topologies.orders (worker, send, status, tables, agents, "
-        "reset; txn: only the app's transactions)",
+        help="the topology module, e.g. topologies.orders (worker, send, topology, status, tables, "
+        "agents, reset; txn: only the app's transactions)",
     )
     parser.add_argument("-l", "--loglevel", default="warning", help="log level (default warning)")
     sub = parser.add_subparsers(dest="command", required=True)
     parents = [common_options()]
     worker.add_parser(sub, parents)
     send.add_parser(sub, parents)
+    topology.add_parser(sub, parents)
     if app is None:
         broker.add_parser(sub, parents)
         demo.add_parser(sub, parents)

@@ -27,7 +27,7 @@ from streams_app.app.topic import Topic
 from streams_app.cli.loader import load_app
 from streams_app.codecs import DecodeError
 from streams_app.errors import StreamsAppError
-from streams_app.runtime.topology import dead_letter_topic
+from streams_app.topology.plan import dead_letter_topic
 
 #: How long ``send`` waits for the broker to acknowledge the record.
 SEND_TIMEOUT_S = 15.0

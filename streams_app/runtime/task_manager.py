@@ -18,10 +18,10 @@ from typing import Any
 from streams_app.runtime.progress import RestoreProgress
 from streams_app.runtime.standby import StandbyTask
 from streams_app.runtime.task import RESTORING, RUNNING, GroupFactory, Task, TaskId
-from streams_app.runtime.topology import TopologyPlan
 from streams_app.state.base import PartitionTransaction, Store, StorePartition
 from streams_app.state.cache import ReadCache
 from streams_app.state.restore import RestoreResult, restore_partitions
+from streams_app.topology.plan import TopologyPlan
 from streams_app.transport.base import AdminClient, ConsumerClient, TopicPartition
 
 

@@ -44,6 +44,7 @@ from streams_app.runtime.placement import PlacementConfig
 from streams_app.runtime.plain_producer import PlainProducer
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.progress import CatchUpMonitor, RestoreProgress, interactive_stream
+from streams_app.runtime.provision import provision
 from streams_app.runtime.punctuator import CallbackFailed, Punctuator
 from streams_app.runtime.replicas import Replicas
 from streams_app.runtime.scope import current_parkable, in_processing
@@ -53,7 +54,6 @@ from streams_app.runtime.stream_time import decode_metadata
 from streams_app.runtime.task import RUNNING, Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.timers import TimerScheduler
-from streams_app.runtime.topology import TopologyPlan, plan_topology
 from streams_app.runtime.web import WebServer
 from streams_app.settings import AT_MOST_ONCE, EXACTLY_ONCE_V2
 from streams_app.state.base import Store
@@ -67,6 +67,8 @@ from streams_app.topology.contract import (
     current_event,
     current_runtime,
 )
+from streams_app.topology.description import TopologyDescription
+from streams_app.topology.plan import TopologyPlan
 from streams_app.transport.base import (
     AdminClient,
     ConsumerClient,
@@ -204,6 +206,7 @@ class Worker:
         self.memory = StateMemory(conf.state_cache_max_bytes, conf.state_uncommitted_max_bytes)
         # set in start()
         self.directory: StateDirectory | None = None
+        self.description: TopologyDescription | None = None
         self.plan: TopologyPlan | None = None
         self.stores: dict[str, Store] = {}
         self._admin: AdminClient | None = None
@@ -364,14 +367,18 @@ class Worker:
         # Agents run up to their first `async for`, declaring group_by topics on the way.
         self.runner.start()
         await self.runner.wait_started(timeout=30.0)
-        self.plan = await plan_topology(self.app, self.runner, admin, conf)
+        # Described now that the agents' group_by calls have declared their topics; planned
+        # against the broker's topics (missing ones created); the tables' partitions applied.
+        self.description = self.app.describe(trace=False)
+        self.plan = await provision(self.description, admin, conf)
+        self.app.resolve_table_partitions(self.plan.table_partitions)
         written = [
             name
             for name in self.plan.partition_counts
             if name not in self.plan.input_topics or name.endswith("-repartition")
         ]
         check_topic_limits(conf, await admin.topic_max_message_bytes(written))
-        if any(a.isolated_partitions for a in self.app.agents):
+        if any(a.isolated_partitions for a in self.description.agents):
             # One actor per partition: now that the partition counts are known.
             self.runner.partition_counts = dict(self.plan.partition_counts)
             await self.runner.restart()
