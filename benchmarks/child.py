@@ -245,8 +245,8 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
             reporter.cancel()
     return {
         "records_processed": worker.records_processed,
-        "commits": worker.committer.commits if worker._committer else None,
-        "transactions": worker.producer.transactions_committed if worker._producer else None,
+        "commits": worker.parts.committer.commits if worker.parts else None,
+        "transactions": worker.transactions_committed if worker.parts else None,
         "commit_seconds": round(commit_time[0], 3),
         "commit_phase_seconds": {k: round(v, 3) for k, v in sorted(phases.items())},
         "commit_ms": _percentiles([took for _, took in commits]),
@@ -311,10 +311,8 @@ def _memory_figures(worker: Any) -> dict[str, Any]:
         rocksdb_block_cache_bytes=block_cache,
         rocksdb_table_readers_bytes=table_readers,
         records_processed=worker.records_processed,
-        commits=worker.committer.commits if worker._committer else None,
-        early_commits=getattr(worker.committer, "early_commits", None)
-        if worker._committer
-        else None,
+        commits=worker.parts.committer.commits if worker.parts else None,
+        early_commits=worker.parts.committer.early_commits if worker.parts else None,
     )
     return figures
 

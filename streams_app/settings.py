@@ -129,7 +129,7 @@ class Settings:
     #: waits for each commit, as Kafka Streams' stream thread does.
     process_during_commit: bool = True
     #: Allocations between collections of the garbage collector's young generation while the
-    #: worker runs (Python's own: 700); 0 leaves the collector alone. See runtime/collector.py.
+    #: worker runs (Python's own: 700); 0 leaves the collector alone. See runtime/gc_tuning.py.
     gc_young_threshold: int = 10_000
     restore_timeout: float = 300.0
     # State memory (docs/memory.md): one budget per worker, whatever the partitions it owns.
@@ -253,7 +253,7 @@ class Settings:
         (or until they are full): sent every few milliseconds instead, a commit's outputs went
         out in many more batches and produce requests, each costing the worker and the broker
         CPU (the broker used a fifth more, BENCHMARKS.md). A worker that has caught up with
-        its input sends them at once (``Worker._loop``): left for the commit, they would
+        its input sends them at once (``runtime.worker.loop``): left for the commit, they would
         lengthen it, and every output's latency with it. Otherwise 5 ms: an output is visible
         once it is acknowledged, so every millisecond of linger is latency."""
         if self.producer_linger_ms is not None:

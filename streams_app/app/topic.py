@@ -132,15 +132,11 @@ class Topic:
                 f"{self.name}.send() called outside a running worker; to feed a topic from a "
                 "script use `async with app.producer() as producer: await producer.send(...)`"
             )
-        future = runtime.send_nowait(self, key, value, headers, partition, timestamp)
+        raw_key, raw_value = self.encode(key, value)
+        future = runtime.send_nowait(self.name, raw_key, raw_value, headers, partition, timestamp)
         if future is None:
-            future = await runtime.send(
-                self,
-                key=key,
-                value=value,
-                headers=headers,
-                partition=partition,
-                timestamp=timestamp,
+            future = await runtime.send_encoded(
+                self.name, raw_key, raw_value, headers, partition, timestamp
             )
         if callback is not None:
             _call_when_done(future, callback)

@@ -90,6 +90,6 @@ async def _run(app: object, overrides: dict[str, Any]) -> int:
     log.info(
         "worker stopped: %d records processed, %d transactions committed",
         worker.records_processed,
-        worker.producer.transactions_committed if worker._producer else 0,
+        worker.transactions_committed,
     )
     return 0

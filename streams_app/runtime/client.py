@@ -75,20 +75,33 @@ class ClientRuntime:
         timestamp: float | None = None,
     ) -> SendFuture:
         raw_key, raw_value = topic.encode(key, value)
+        return await self.send_encoded(
+            topic.name, raw_key, raw_value, headers, partition, timestamp
+        )
+
+    def send_nowait(self, topic: str, *_args: Any) -> None:
+        return None  # the plain producer has no synchronous path: await send_encoded()
+
+    async def send_encoded(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None,
+        partition: int | None,
+        timestamp: float | None,
+    ) -> SendFuture:
         items = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
         future = await self.producer.send(
-            topic.name,
-            key=raw_key,
-            value=raw_value,
+            topic,
+            key=key,
+            value=value,
             partition=partition,
             headers=items or None,
             timestamp_ms=None if timestamp is None else int(timestamp * 1000),
         )
         self._pending.append(future)
         return future
-
-    def send_nowait(self, topic: TopicLike, *_args: Any) -> None:
-        return None  # the plain producer has no synchronous path: await send()
 
     def send_soon(self, topic: TopicLike, **options: Any) -> None:
         self._pending.append(asyncio.ensure_future(self.send(topic, **options)))

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from streams_app.aio import cancel_and_wait
 from streams_app.runtime.task import RUNNING
+from streams_app.runtime.view import WorkerView
 from streams_app.runtime.worker import Worker
 from streams_app.testing.backends import Backend, KafkaBackend, MemoryBackend, Piped, RawInput
 from streams_app.testing.clock import ManualClock
@@ -150,12 +151,13 @@ class WorkerHandle:
         return self.worker
 
 
-def _uncommitted(worker: Worker) -> bool:
-    if worker._producer is None or worker._tasks is None:
+def _uncommitted(worker: WorkerView) -> bool:
+    parts = worker.parts
+    if parts is None:
         return False
-    if worker.producer.in_transaction or worker.producer.buffered:
+    if parts.producer.in_transaction or parts.producer.buffered:
         return True
-    return any(task.has_uncommitted for task in worker.tasks.running())
+    return any(task.has_uncommitted for task in parts.tasks.running())
 
 
 class TopologyDriver:
@@ -443,13 +445,13 @@ class TopologyDriver:
         if failures:
             raise failures[0]
 
-    async def _let_markers_land(self, worker: Worker) -> None:
+    async def _let_markers_land(self, worker: WorkerView) -> None:
         """As after a SIGKILL, a transaction whose EndTxn the broker accepted still ends: the
         broker answers EndTxn before it writes the markers. Wait for them, so that what the
         test reads next is what the broker committed (18% of reads right after EndTxn's
         answer found the last stable offset not yet moved, on a quiet single broker)."""
-        producer = worker._producer
-        txn_id = None if producer is None else self.backend.names.id(producer.transactional_id)
+        parts = worker.parts
+        txn_id = None if parts is None else self.backend.names.id(parts.producer.transactional_id)
         if txn_id is not None:
             await self.backend.markers_written([txn_id])
 
@@ -507,7 +509,7 @@ class TopologyDriver:
                     due
                     for h in self.live_workers
                     if h.worker is not None
-                    for due in h.worker._timer_due.values()
+                    for due in h.worker.timer_due.values()
                 ]
                 if (sleeper := clock.next_deadline()) is not None:
                     dues.append(sleeper)
@@ -635,7 +637,8 @@ class TopologyDriver:
         sent = False
         for handle in self.workers:
             worker = handle.worker
-            producer = worker._producer if handle.active and worker is not None else None
+            parts = worker.parts if handle.active and worker is not None else None
+            producer = parts.producer if parts is not None else None
             if producer is not None and producer.lingering:
                 producer.send_lingering()
                 sent = True
@@ -649,15 +652,16 @@ class TopologyDriver:
             if not handle.active or handle.worker is None:
                 continue
             worker = handle.worker
-            if not worker.started.is_set() or worker._committer is None:
+            parts = worker.parts
+            if not worker.started.is_set() or parts is None:
                 continue
             if not await self._needs_commit(handle):
                 continue
             if asked is not None:
                 mark = (
-                    worker.committer.commits,
-                    worker.producer.transactions_aborted,
-                    worker.producer.recreated,
+                    parts.committer.commits,
+                    parts.producer.transactions_aborted,
+                    parts.producer.recreated,
                     worker.records_processed,
                 )
                 if asked.get(handle.name) == mark:
@@ -672,9 +676,10 @@ class TopologyDriver:
         worker = handle.require_worker()
         if _uncommitted(worker):
             return True
-        if worker._tasks is None:
+        parts = worker.parts
+        if parts is None:
             return False
-        for task in worker.tasks.running():
+        for task in parts.tasks.running():
             for tp in task.partitions:
                 position = await self._position(handle, tp)
                 if position is not None and position > task.committed.get(tp, position):
@@ -784,13 +789,14 @@ class TopologyDriver:
     async def _idle_reason_now(self, active: list[WorkerHandle], commit: bool) -> str | None:
         for handle in active:
             worker = handle.require_worker()
-            if not worker.started.is_set() or worker._tasks is None:
+            parts = worker.parts
+            if not worker.started.is_set() or parts is None:
                 return f"{handle.name} is starting"
-            if worker.committer.group is None:
+            if parts.committer.group is None:
                 return f"{handle.name} has no assignment yet"
-            if worker.tasks.restoring():
+            if parts.tasks.restoring():
                 return f"{handle.name} is restoring its tables"
-            if worker.producer.buffered:
+            if parts.producer.buffered:
                 return f"{handle.name} has records in batches not sent yet (linger)"
             if commit and _uncommitted(worker):
                 return f"{handle.name} has uncommitted work"
@@ -977,12 +983,13 @@ class TopologyDriver:
         for h in self.workers:
             state = h.status + (" frozen" if h.frozen else "")
             worker = h.worker
-            if worker is not None and worker._tasks is not None:
+            parts = worker.parts if worker is not None else None
+            if parts is not None:
                 tasks = ", ".join(
-                    f"{t.id}:{t.state}" for t in sorted(worker.tasks.tasks.values(), key=str)
+                    f"{t.id}:{t.state}" for t in sorted(parts.tasks.tasks.values(), key=str)
                 )
                 state += f"; tasks [{tasks}]"
-                if worker._producer is not None and worker.producer.in_transaction:
+                if parts.producer.in_transaction:
                     state += "; transaction open"
             parked = self.clock.parked_reasons(h.name)
             if parked:

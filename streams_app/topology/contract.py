@@ -175,15 +175,27 @@ class Runtime(Protocol):
 
     def send_nowait(
         self,
-        topic: TopicLike,
-        key: Any,
-        value: Any,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
         headers: Headers | None,
         partition: int | None,
         timestamp: float | None,
     ) -> SendFuture | None:
-        """:meth:`send` when it can complete without awaiting anything (the common case inside
-        a transaction), else None: then the caller awaits :meth:`send`."""
+        """Send encoded bytes when it can complete without awaiting anything (the common case
+        inside a transaction), else None: then the caller awaits :meth:`send_encoded` with the
+        same bytes (``Topic.send`` encodes once)."""
+
+    async def send_encoded(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        partition: int | None,
+        timestamp: float | None,
+    ) -> SendFuture:
+        """:meth:`send` of bytes already encoded with the topic's codecs."""
 
     def send_soon(
         self,

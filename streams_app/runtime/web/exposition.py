@@ -31,7 +31,7 @@ from streams_app.runtime.task import RESTORING, RUNNING
 from streams_app.runtime.web.views import readiness
 
 if TYPE_CHECKING:
-    from streams_app.runtime.worker import Worker
+    from streams_app.runtime.view import WorkerView
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 PREFIX = "streams_app_"
@@ -66,7 +66,7 @@ def _per(
 class WorkerCollector:
     """Reads one worker at scrape time (a ``prometheus_client`` collector)."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: WorkerView) -> None:
         self.worker = worker
 
     def describe(self) -> Iterable[Metric]:
@@ -83,7 +83,8 @@ class WorkerCollector:
             "The worker: app id, processing guarantee, transactional id (value 1).",
             labels=["app", "guarantee", "transactional_id"],
         )
-        producer = worker._producer
+        parts = worker.parts
+        producer = parts.producer if parts is not None else None
         info.add_metric(
             [app, worker.conf.processing_guarantee, (producer and producer.transactional_id) or ""],
             1,
@@ -140,7 +141,7 @@ class WorkerCollector:
             yield _histogram("producer_batch_records", batches, producer.stats.batch_records, app)
         else:  # not started: the family without samples, so its name is always declared
             yield HistogramMetricFamily(PREFIX + "producer_batch_records", batches, labels=["app"])
-        committer = worker._committer
+        committer = parts.committer if parts is not None else None
         yield _counter(
             "commits",
             "Commits that committed something.",
@@ -261,7 +262,8 @@ class WorkerCollector:
             app,
             uncommitted.bytes,
         )
-        committer = self.worker._committer
+        parts = self.worker.parts
+        committer = parts.committer if parts is not None else None
         yield _counter(
             "early_commits",
             "Commits made because the pending table writes outgrew state_uncommitted_max_bytes.",
@@ -271,7 +273,7 @@ class WorkerCollector:
 
     def _tasks(self, app: str) -> Iterator[Metric]:
         worker = self.worker
-        tasks = worker._tasks
+        parts = worker.parts
         states = GaugeMetricFamily(
             PREFIX + "tasks", "Tasks this worker owns, by state.", labels=["app", "state"]
         )
@@ -297,24 +299,24 @@ class WorkerCollector:
             "while a transaction is open; stuck there, a hanging transaction.",
             labels=["app", "topic", "partition"],
         )
-        if tasks is not None:
+        if parts is not None:
+            tasks = parts.tasks
             counts = {RUNNING: 0, RESTORING: 0}
             for task in tasks.tasks.values():
                 counts[task.state] = counts.get(task.state, 0) + 1
             for state, count in sorted(counts.items()):
                 states.add_metric([app, state], count)
-            if worker._consumer is not None:
-                for entry in partition_lags(tasks, worker.consumer):
-                    labels = [app, entry.tp.topic, str(entry.tp.partition)]
-                    if entry.lag is not None:
-                        lag.add_metric(labels, entry.lag)
-                    if entry.committed is not None:
-                        committed.add_metric(labels, entry.committed)
-                    if entry.end is not None:
-                        end.add_metric(labels, entry.end)
-                    if entry.stable is not None:
-                        stable.add_metric(labels, entry.stable)
-        group = worker._committer.group if worker._committer is not None else None
+            for entry in partition_lags(tasks, parts.consumer):
+                labels = [app, entry.tp.topic, str(entry.tp.partition)]
+                if entry.lag is not None:
+                    lag.add_metric(labels, entry.lag)
+                if entry.committed is not None:
+                    committed.add_metric(labels, entry.committed)
+                if entry.end is not None:
+                    end.add_metric(labels, entry.end)
+                if entry.stable is not None:
+                    stable.add_metric(labels, entry.stable)
+        group = parts.committer.group if parts is not None else None
         yield states
         yield lag
         yield committed
@@ -360,7 +362,7 @@ def _counter(name: str, documentation: str, app: str, value: float) -> CounterMe
     return family
 
 
-def worker_registry(worker: Worker) -> CollectorRegistry:
+def worker_registry(worker: WorkerView) -> CollectorRegistry:
     """A registry of this worker's metrics, plus the process's (CPU, memory, files)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(WorkerCollector(worker))

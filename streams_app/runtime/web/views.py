@@ -23,10 +23,10 @@ from streams_app.runtime.lag import partition_lags
 from streams_app.runtime.task import RUNNING, Task
 
 if TYPE_CHECKING:
-    from streams_app.runtime.worker import Worker
+    from streams_app.runtime.view import WorkerView
 
 
-def health(worker: Worker) -> tuple[bool, dict[str, Any]]:
+def health(worker: WorkerView) -> tuple[bool, dict[str, Any]]:
     if worker.error is not None:
         return False, {"status": "failed", "error": type(worker.error).__name__}
     if worker.stopped.is_set():
@@ -34,7 +34,7 @@ def health(worker: Worker) -> tuple[bool, dict[str, Any]]:
     return True, {"status": "ok", "app": worker.conf.id}
 
 
-def readiness(worker: Worker) -> tuple[bool, dict[str, Any]]:
+def readiness(worker: WorkerView) -> tuple[bool, dict[str, Any]]:
     """(ready, why): the checks in order, the first that fails is the reason."""
     alive, about = health(worker)
     if not alive:
@@ -43,10 +43,11 @@ def readiness(worker: Worker) -> tuple[bool, dict[str, Any]]:
         return False, {"ready": False, "reason": "starting"}
     if worker.stop_requested:
         return False, {"ready": False, "reason": "stopping"}
-    committer = worker._committer
-    tasks = worker._tasks
-    if committer is None or tasks is None or committer.group is None:
+    parts = worker.parts
+    if parts is None or parts.committer.group is None:
         return False, {"ready": False, "reason": "waiting for an assignment (rebalancing)"}
+    committer, tasks = parts.committer, parts.tasks
+    assert committer.group is not None
     restoring = [str(t.id) for t in tasks.tasks.values() if t.state != RUNNING]
     if restoring:
         return False, {"ready": False, "reason": "restoring", "restoring_tasks": restoring}
@@ -57,7 +58,7 @@ def readiness(worker: Worker) -> tuple[bool, dict[str, Any]]:
     }
 
 
-def _task_view(task: Task, worker: Worker, lags: dict[Any, Any]) -> dict[str, Any]:
+def _task_view(task: Task, worker: WorkerView, lags: dict[Any, Any]) -> dict[str, Any]:
     plan = worker.plan
     partitions = []
     for tp in sorted(task.partitions):
@@ -89,21 +90,17 @@ def _task_view(task: Task, worker: Worker, lags: dict[Any, Any]) -> dict[str, An
     return {"id": str(task.id), "state": task.state, "partitions": partitions, "tables": tables}
 
 
-def assignment(worker: Worker) -> dict[str, Any]:
-    tasks = worker._tasks
-    committer = worker._committer
-    group = committer.group if committer is not None else None
+def assignment(worker: WorkerView) -> dict[str, Any]:
+    parts = worker.parts
+    group = parts.committer.group if parts is not None else None
     lags = {}
-    if tasks is not None and worker._consumer is not None:
-        lags = {entry.tp: entry for entry in partition_lags(tasks, worker.consumer)}
-    active = (
-        [_task_view(task, worker, lags) for _, task in sorted(tasks.tasks.items())]
-        if tasks is not None
-        else []
-    )
+    active = []
     hosts: dict[str, dict[str, list[int]]] = defaultdict(dict)
-    if worker._consumer is not None:
-        for tp, address in sorted(worker.consumer.partition_hosts().items()):
+    if parts is not None:
+        tasks = parts.tasks
+        lags = {entry.tp: entry for entry in partition_lags(tasks, parts.consumer)}
+        active = [_task_view(task, worker, lags) for _, task in sorted(tasks.tasks.items())]
+        for tp, address in sorted(parts.consumer.partition_hosts().items()):
             hosts[address].setdefault(tp.topic, []).append(tp.partition)
     return {
         "app": worker.conf.id,
