@@ -51,17 +51,9 @@ class ClientRuntime:
     @property
     def rpc(self) -> RpcClient:
         if self._rpc is None:
-            conf = self.app.conf
-            self._rpc = RpcClient(
-                self.transport,
-                self.producer,
-                app_id=conf.id,
-                reply_to=conf.reply_to or f"{conf.reply_to_prefix}{RpcClient.new_correlation_id()}",
-                replication_factor=conf.topic_replication_factor,
-                reply_expires=conf.reply_expires,
+            self._rpc = RpcClient.for_app(
+                self.transport, self.producer, self.app.conf, None, self._admin
             )
-            if self._admin is not None:
-                self._rpc.bind_admin(self._admin)
         return self._rpc
 
     async def send(

@@ -100,18 +100,9 @@ class OutsideClients:
     @property
     def rpc(self) -> RpcClient:
         if self._rpc is None:
-            conf = self.conf
-            process = self.process_id or RpcClient.new_correlation_id()
-            self._rpc = RpcClient(
-                self.transport,
-                self.plain,
-                app_id=conf.id,
-                reply_to=conf.reply_to or f"{conf.reply_to_prefix}{process}",
-                replication_factor=conf.topic_replication_factor,
-                reply_expires=conf.reply_expires,
+            self._rpc = RpcClient.for_app(
+                self.transport, self.plain, self.conf, self.process_id, self.admin
             )
-            if self.admin is not None:
-                self._rpc.bind_admin(self.admin)
         return self._rpc
 
     @property
