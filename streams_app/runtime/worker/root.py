@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -580,7 +580,7 @@ class Worker:
     def _group_lag(self, tp: TopicPartition) -> int | None:
         return self.require_parts().flow.group_lag(tp)
 
-    def _on_commit(self, committed: Any) -> None:
+    def _on_commit(self, committed: Mapping[TopicPartition, int]) -> None:
         self.policy.committed(committed)
         self.require_parts().dead_letters.committed()
 
