@@ -18,7 +18,6 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from streams_app.app.faust_settings import AppSettings
 from streams_app.runtime.actor import AgentRunner
 from streams_app.runtime.clock import Clock
 from streams_app.runtime.errors_policy import ErrorPolicy, Failure
@@ -33,7 +32,7 @@ from streams_app.runtime.worker.collector import RecordCollector
 from streams_app.runtime.worker.failures import AgentFailed
 from streams_app.runtime.worker.flow import FlowControl
 from streams_app.runtime.worker.records import RecordDispatcher
-from streams_app.settings import AT_MOST_ONCE
+from streams_app.settings import AT_MOST_ONCE, Settings
 from streams_app.transport.base import ConsumerClient, RecordLike, TopicPartition
 
 Batch = Mapping[TopicPartition, Sequence[RecordLike]]
@@ -46,7 +45,7 @@ def _kafka_timestamp(record: RecordLike) -> int:
 class BatchProcessor:
     def __init__(
         self,
-        conf: AppSettings,
+        conf: Settings,
         clock: Clock,
         consumer: ConsumerClient,
         tasks: TaskManager,

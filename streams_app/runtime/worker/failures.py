@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from streams_app.app.faust_settings import AppSettings
 from streams_app.errors import WorkerStopped
 from streams_app.runtime.actor import AgentRunner
 from streams_app.runtime.dead_letters import DeadLetter, DeadLetters
@@ -33,7 +32,7 @@ from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.timers import TimerScheduler
 from streams_app.runtime.worker.collector import RecordCollector
 from streams_app.runtime.worker.flow import FlowControl
-from streams_app.settings import AT_MOST_ONCE
+from streams_app.settings import AT_MOST_ONCE, Settings
 from streams_app.transport.errors import TransportError, is_record_rejected
 
 log = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ class AgentFailed(Exception):
 class FailureHandler:
     def __init__(
         self,
-        conf: AppSettings,
+        conf: Settings,
         policy: ErrorPolicy,
         runner: AgentRunner,
         timers: TimerScheduler,

@@ -18,7 +18,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from streams_app.app.faust_settings import AppSettings
 from streams_app.runtime.clock import Clock
 from streams_app.runtime.commit import MIGRATED, Meanwhile
 from streams_app.runtime.dead_letters import DeadLetters
@@ -32,7 +31,7 @@ from streams_app.runtime.worker.batch import Batch, BatchProcessor, batch_offset
 from streams_app.runtime.worker.collector import RecordCollector
 from streams_app.runtime.worker.failures import AgentFailed, FailureHandler
 from streams_app.runtime.worker.flow import FlowControl
-from streams_app.settings import AT_MOST_ONCE, EXACTLY_ONCE_V2
+from streams_app.settings import AT_MOST_ONCE, EXACTLY_ONCE_V2, Settings
 from streams_app.transport.base import ConsumerClient
 from streams_app.transport.errors import GroupProtocolMismatchError, TransportError
 
@@ -53,7 +52,7 @@ SATURATED = 0.7
 class Loop:
     def __init__(
         self,
-        conf: AppSettings,
+        conf: Settings,
         clock: Clock,
         lock: asyncio.Lock,
         stop: asyncio.Event,
