@@ -45,6 +45,7 @@ from streams_app.runtime.global_tables import GlobalTables
 from streams_app.runtime.lag import running_lag
 from streams_app.runtime.measured_commit import MeasuredCommitter
 from streams_app.runtime.metrics import WorkerMetrics
+from streams_app.runtime.no_inputs import NoInputs
 from streams_app.runtime.pacing import FetchPacer
 from streams_app.runtime.partition_group import PartitionGroup
 from streams_app.runtime.placement import PlacementConfig
@@ -438,10 +439,16 @@ class Worker:
                 owned=self._owns_changelog_partition,
             )
             await self._global.start(self.transport, admin, conf.id, conf.restore_timeout)
-        self._consumer = self.transport.consumer(
-            dataclasses.replace(
-                guarantees.consumer_config(conf), assignor=assignor, application_server=self.web_url
+        self._consumer = (
+            self.transport.consumer(
+                dataclasses.replace(
+                    guarantees.consumer_config(conf),
+                    assignor=assignor,
+                    application_server=self.web_url,
+                )
             )
+            if self.plan.input_topics
+            else NoInputs()  # timers, tasks and channels only: no consumer group to join
         )
         await self._consumer.start()
         plan = self.plan
@@ -463,7 +470,8 @@ class Worker:
         self._catch_up = asyncio.ensure_future(self._catch_up_monitor().run())
         self.started.set()
         self.services.start_tasks(leader=False)
-        log.info("worker %s started; inputs %s", conf.id, ", ".join(self.plan.input_topics))
+        inputs = ", ".join(self.plan.input_topics) or "none (no consumer group)"
+        log.info("worker %s started; inputs %s", conf.id, inputs)
 
     def _catch_up_monitor(self) -> CatchUpMonitor:
         consumer, tasks = self.consumer, self.tasks
