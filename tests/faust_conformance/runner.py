@@ -165,9 +165,7 @@ class AppProcess:
                     in_print = False
                 elif in_print and not line.startswith(("[20", "+ƒaµS†")):
                     lines.append(line.rstrip())
-            elif not _OUR_LOG.match(line) and not line.startswith(
-                ("Faust setting", "Traceback", "  ")
-            ):
+            elif not _OUR_LOG.match(line) and not line.startswith(("Traceback", "  ")):
                 lines.append(line.rstrip())
         return lines
 
