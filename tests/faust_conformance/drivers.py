@@ -318,6 +318,8 @@ async def tabletest(ctx: Context) -> dict[str, Any]:
     # counted in the partition its records were sent to (partition=j), not the one Kafka's
     # partitioner gives the key: a single worker holding every partition finds it anyway.
     pages = {p: await ctx.page(f"/count/{p}/") for p in range(4)}
+    expected = sum(range(iterations))
+    assert pages == {p: (200, {str(p): expected}) for p in range(4)}, pages  # not just alike
     ctx.stop()
     table = await ctx.table("tabletest-counts-changelog")
     # The example's command sending straight to the changelog topic.
@@ -373,6 +375,9 @@ async def word_count(ctx: Context) -> dict[str, Any]:
     for word in [*WORDS, "absent"]:
         pages[f"/count/{word}/"] = await ctx.page(f"/count/{word}/")
         pages[f"/last/{word}/"] = await ctx.page(f"/last/{word}/")
+    counted = {f"/count/{w}/": (200, {w: 1000}) for w in WORDS}
+    assert {p: pages[p] for p in counted} == counted, pages  # not just alike
+    assert pages["/count/absent/"] == (200, {"absent": 0}), pages
     ctx.stop()
     table = await ctx.table("word-counts-word_counts-changelog")
     words = [r.value for r in await ctx.read("word-counts-word_count.count_words")][:3]
