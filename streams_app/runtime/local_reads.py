@@ -8,7 +8,8 @@ later under exactly-once), as Kafka Streams' interactive queries read under ``re
 (KIP-892). Nothing uncommitted, and so nothing an abort takes back, ever reaches a page.
 
 Which partitions: the active tasks' (standbys lag, and are not this worker's to answer for);
-every partition for a global table. A key is looked up first in the partition Kafka's
+every partition for a global table. A task still restoring answers with what it has restored
+so far (committed, but behind; ``/tables`` answers 503 for it instead). A key is looked up first in the partition Kafka's
 partitioner gives it (where records keyed like the table put it, and where ``table_route``
 sends its requests), then in the worker's other partitions, as Faust's store searches every
 partition it holds: a key written while processing records of another key (Faust's

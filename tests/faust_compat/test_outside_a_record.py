@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from streams_app import App
+from streams_app.cli.main import main_for_app
 from tests.runtime.helpers import running_worker, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -132,3 +133,20 @@ async def test_pages_timers_and_tasks_read_the_committed_table(
         assert await _get(f"{worker.web_url}/write/a") == (500, {"error": "TopologyError"})
         assert (await page())["value"] == 13
         assert worker.records_processed == 4
+
+
+async def test_a_command_reads_the_default(
+    bootstrap_servers: str, unique: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python app.py <command>``: a client, not a worker. It holds no table partition, so a
+    read finds nothing, as in a Faust command (which starts no worker): the default."""
+    app = App(f"outside-cmd-{unique}", broker=bootstrap_servers)
+    counts = app.Table("counts", default=int)
+
+    @app.command()
+    async def show() -> None:
+        print(f"COUNT {counts['a']} {'a' in counts} {counts.get('a')} {len(counts)}")
+
+    # The command line runs its own event loop (asyncio.run), as `python app.py show` does.
+    assert await asyncio.to_thread(main_for_app, app, ["show"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["COUNT 0 False None 0"]
