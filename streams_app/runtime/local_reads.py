@@ -4,16 +4,16 @@ Pages, tasks, timers without a task of their own, and ``table.local_items()`` re
 no record being processed, so no task's open transaction is theirs to read through. They read
 what the worker's stores hold, which is only ever what Kafka committed (state/base.py): the
 writes of the transaction still open are not seen until it commits (one ``commit_interval``
-later under exactly-once), as Kafka Streams' interactive queries read under ``read_committed``
-(KIP-892). Nothing uncommitted, and so nothing an abort takes back, ever reaches a page.
+later under exactly-once), the isolation KIP-892 proposes for Kafka Streams' interactive
+queries under exactly-once. Nothing an abort takes back ever reaches a page.
 
 Which partitions: the active tasks' (standbys lag, and are not this worker's to answer for);
 every partition for a global table. A task still restoring answers with what it has restored
-so far (committed, but behind; ``/tables`` answers 503 for it instead). A key is looked up first in the partition Kafka's
-partitioner gives it (where records keyed like the table put it, and where ``table_route``
-sends its requests), then in the worker's other partitions, as Faust's store searches every
-partition it holds: a key written while processing records of another key (Faust's
-``tabletest`` sends key ``"0"`` to an explicit partition) is still found.
+so far (committed, but behind; ``/tables`` answers 503 for it instead). A key is looked up
+first in the partition Kafka's partitioner gives it (where records keyed like the table put
+it, and where ``table_route`` sends its requests), then in the worker's other partitions, as
+Faust's store searches every partition it holds: a key written while processing records of
+another key (Faust's ``tabletest`` sends key ``"0"`` to an explicit partition) is still found.
 """
 
 from __future__ import annotations
