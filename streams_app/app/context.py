@@ -126,6 +126,10 @@ class Runtime(Protocol):
     def table_items(self, table: Table) -> Iterator[tuple[Any, Any]]:
         """Committed items of every partition of ``table`` this worker holds."""
 
+    def table_lookup(self, table: Table, key: Any) -> Any:
+        """``key``'s committed value in the partitions of ``table`` this worker holds (or
+        ``MISSING``): a read outside of any record (pages, tasks, timers)."""
+
     def global_lookup(self, table: Table, key: Any) -> Any:
         """A global table's committed value for ``key`` from any partition (or ``MISSING``)."""
 

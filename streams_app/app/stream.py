@@ -190,7 +190,10 @@ class Stream:
         return self._derive(keep)
 
     def echo(self, *channels: Topic | Channel | str) -> Stream:
-        """Send every value to ``channels`` too (inside the transaction), then pass it on."""
+        """Send every value to ``channels`` too (inside the transaction), then pass it on.
+
+        Under the input record's key, as sinks do (Faust sends ``key=None``): a copy keeps its
+        input's partition number and order, and stays usable with tables downstream."""
 
         async def forward(value: Any) -> Any:
             event = current_event.get()

@@ -147,7 +147,9 @@ def _scope() -> tuple[TaskScope, Event | None]:
     if task is None:
         raise TopologyError(
             "a windowed table was used outside of processing a record (or a stream-time timer "
-            "or window-close callback): windows belong to the task that owns the record"
+            "or window-close callback): windows belong to the task that owns the record. From "
+            "a page, read the committed windows at /tables/<table>/<key> of the worker's web "
+            "server; elsewhere, keep what you need in a plain table"
         )
     return task, None
 

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from streams_app.app import faust_settings
 from streams_app.cli import (
     app_commands,
     broker,
@@ -127,6 +128,7 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         level=getattr(logging, str(args.loglevel).upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    faust_settings.release_warnings()  # what the app's module warned about before this
     try:
         return int(args.func(args))
     except StreamsAppError as exc:

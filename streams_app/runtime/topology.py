@@ -51,6 +51,10 @@ def dead_letter_topic(settings: Settings, topic: str) -> str:
     return settings.dead_letter_topic.replace("{topic}", topic)
 
 
+def _runs_anything(app: App) -> bool:
+    return bool(app.agents or app.timers or app.tasks or app.services or app.pages)
+
+
 def _wants_leader(app: App) -> bool:
     if getattr(app.conf, "topic_disable_leader", False):
         return False
@@ -64,15 +68,14 @@ async def plan_topology(
     conf = conf or app.conf
     inputs = sorted(runner.source_topics())
     leader = names.leader_topic(conf.id) if _wants_leader(app) else None
-    if not inputs and leader is None and not app.timers and not app.tasks:
-        raise TopologyError(f"app {app.id!r} has no agents: nothing to consume")
+    if not inputs and leader is None and not _runs_anything(app):
+        raise TopologyError(
+            f"app {app.id!r} has nothing to run: no agent, timer, task, service or page"
+        )
     if leader is not None:
         inputs.append(leader)
-    if not inputs:
-        raise TopologyError(
-            f"app {app.id!r} has no agent reading a topic: a worker needs one to join its "
-            "consumer group (timers alone have nothing to commit)"
-        )
+    # No inputs (timers, tasks, services and channels only): a worker that joins no consumer
+    # group (runtime/no_inputs.py).
 
     declared = dict(app.topics)
     names_needed = set(declared) | {t.changelog_topic_name for t in app.tables.values()}
@@ -130,6 +133,12 @@ async def plan_topology(
                 partitions = data_counts[0]
             elif conf.topic_partitions in data_counts or table.is_global:
                 partitions = conf.topic_partitions  # Faust's default for a table
+            elif not data_counts:
+                raise TopologyError(
+                    f"table {table.name!r} is updated by no agent: the app reads no topic, and "
+                    "a table is written while processing the records of a topic (its "
+                    "partitions are that topic's). Add the agent that updates it"
+                )
             else:
                 raise TopologyError(
                     f"table {table.name!r} does not say its partition count and the input "

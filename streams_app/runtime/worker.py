@@ -32,7 +32,7 @@ from streams_app.app.context import (
 from streams_app.app.faust_settings import AppSettings
 from streams_app.codecs import DecodeError, TombstoneError
 from streams_app.errors import InvalidTimestamp, WorkerStopped
-from streams_app.runtime import guarantees, rpc
+from streams_app.runtime import guarantees, local_reads, rpc
 from streams_app.runtime.actor import AgentRunner
 from streams_app.runtime.assignor import StreamsAssignor
 from streams_app.runtime.broker_limits import check_broker_limits, check_topic_limits
@@ -45,6 +45,7 @@ from streams_app.runtime.global_tables import GlobalTables
 from streams_app.runtime.lag import running_lag
 from streams_app.runtime.measured_commit import MeasuredCommitter
 from streams_app.runtime.metrics import WorkerMetrics
+from streams_app.runtime.no_inputs import NoInputs
 from streams_app.runtime.pacing import FetchPacer
 from streams_app.runtime.partition_group import PartitionGroup
 from streams_app.runtime.placement import PlacementConfig
@@ -438,10 +439,16 @@ class Worker:
                 owned=self._owns_changelog_partition,
             )
             await self._global.start(self.transport, admin, conf.id, conf.restore_timeout)
-        self._consumer = self.transport.consumer(
-            dataclasses.replace(
-                guarantees.consumer_config(conf), assignor=assignor, application_server=self.web_url
+        self._consumer = (
+            self.transport.consumer(
+                dataclasses.replace(
+                    guarantees.consumer_config(conf),
+                    assignor=assignor,
+                    application_server=self.web_url,
+                )
             )
+            if self.plan.input_topics
+            else NoInputs()  # timers, tasks and channels only: no consumer group to join
         )
         await self._consumer.start()
         plan = self.plan
@@ -463,7 +470,8 @@ class Worker:
         self._catch_up = asyncio.ensure_future(self._catch_up_monitor().run())
         self.started.set()
         self.services.start_tasks(leader=False)
-        log.info("worker %s started; inputs %s", conf.id, ", ".join(self.plan.input_topics))
+        inputs = ", ".join(self.plan.input_topics) or "none (no consumer group)"
+        log.info("worker %s started; inputs %s", conf.id, inputs)
 
     def _catch_up_monitor(self) -> CatchUpMonitor:
         consumer, tasks = self.consumer, self.tasks
@@ -1579,19 +1587,21 @@ class Worker:
 
     def table_items(self, table: Table) -> Iterator[tuple[Any, Any]]:
         store = self.stores.get(table.name)
-        if store is None or self._tasks is None:
-            return
-        if table.is_global and self.plan is not None:
-            partitions: Iterable[int] = range(self.plan.table_partitions[table.name])
-        else:
-            partitions = [
-                task.id.partition
-                for task in list(self.tasks.tasks.values())
-                if table.name in self.tasks.plan.tables_by_group.get(task.id.group, ())
-            ]
-        for partition in partitions:
-            for raw_key, raw_value in store.partition(partition).items():
-                yield table.key_codec.loads(raw_key), table.value_codec.loads(raw_value)
+        if store is None or self._tasks is None or self.plan is None:
+            return iter(())
+        return local_reads.items(
+            table, store, local_reads.held_partitions(table, self.plan, self.tasks)
+        )
+
+    def table_lookup(self, table: Table, key: Any) -> Any:
+        store = self.stores.get(table.name)
+        if store is None or self._tasks is None or self.plan is None:
+            return MISSING
+        partitions = local_reads.held_partitions(table, self.plan, self.tasks)
+        count = self.plan.table_partitions[table.name]
+        return local_reads.lookup(
+            table, store, partitions, key, self.transport.partition_for_key, count
+        )
 
     def global_lookup(self, table: Table, key: Any) -> Any:
         if self._global is None:

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
@@ -108,6 +109,31 @@ class Context:
 
     async def wait(self, predicate: Callable[[], Any], what: str, timeout: float = 120.0) -> None:
         await wait_for(predicate, timeout, what, self.app)
+
+    # -- the app's web server -----------------------------------------------------------------
+
+    async def page(self, path: str) -> tuple[int, Any]:
+        """GET one of the app's pages from the worker's own web server: (status, the body as
+        JSON, or as text when it is not JSON). Redirects (``table_route``) are followed."""
+        assert self.app.web_port is not None, "the worker was not started"
+        url = f"http://127.0.0.1:{self.app.web_port}{path}"
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
+            session.get(url) as response,
+        ):
+            text = await response.text()
+            try:
+                return response.status, json.loads(text)
+            except ValueError:
+                return response.status, text
+
+    async def serving(self, path: str = "/") -> bool:
+        """The web server answers (any status): the worker got that far."""
+        try:
+            await self.page(path)
+        except (aiohttp.ClientError, OSError):
+            return False
+        return True
 
     # -- the broker ---------------------------------------------------------------------------
 

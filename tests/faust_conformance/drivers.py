@@ -314,6 +314,12 @@ async def tabletest(ctx: Context) -> dict[str, Any]:
         lambda: ctx.committed_all("tabletest", ["countstopic"]),
         "committed every count (event.message.offset in use)",
     )
+    # The example's table_route page: the table read outside of any record. Each key was
+    # counted in the partition its records were sent to (partition=j), not the one Kafka's
+    # partitioner gives the key: a single worker holding every partition finds it anyway.
+    pages = {p: await ctx.page(f"/count/{p}/") for p in range(4)}
+    expected = sum(range(iterations))
+    assert pages == {p: (200, {str(p): expected}) for p in range(4)}, pages  # not just alike
     ctx.stop()
     table = await ctx.table("tabletest-counts-changelog")
     # The example's command sending straight to the changelog topic.
@@ -324,6 +330,7 @@ async def tabletest(ctx: Context) -> dict[str, Any]:
         "expected_each": sum(range(iterations)),
         "out_of_order": [line for line in ctx.printed("!!! PREV")],
         "changelog_send": [x for x in last if x[1] == b"0"],
+        "pages": pages,
     }
 
 
@@ -362,6 +369,15 @@ async def word_count(ctx: Context) -> dict[str, Any]:
     await ctx.wait(counted, "counted 4 x 1000 words (task -> agent -> agent -> table)", 240)
     await ctx.wait(lambda: ctx.printed("+$$ Tally"), "printed the tally (the task, after 5 s)")
     tally = ctx.printed("+$$ Tally")
+    # The example's pages, from the worker's web server: /count/ reads the table outside of
+    # any record (a table_route page), /last/ a dict the agent keeps (a topic_route page).
+    pages = {}
+    for word in [*WORDS, "absent"]:
+        pages[f"/count/{word}/"] = await ctx.page(f"/count/{word}/")
+        pages[f"/last/{word}/"] = await ctx.page(f"/last/{word}/")
+    counted = {f"/count/{w}/": (200, {w: 1000}) for w in WORDS}
+    assert {p: pages[p] for p in counted} == counted, pages  # not just alike
+    assert pages["/count/absent/"] == (200, {"absent": 0}), pages
     ctx.stop()
     table = await ctx.table("word-counts-word_counts-changelog")
     words = [r.value for r in await ctx.read("word-counts-word_count.count_words")][:3]
@@ -369,7 +385,11 @@ async def word_count(ctx: Context) -> dict[str, Any]:
         "counts": {key: v for (_, key), v in sorted(table.items(), key=lambda x: str(x[0][1]))},
         "tally_title": sorted({line.strip("+-") for line in tally}),
         "agent_topic_values": sorted({v.decode() for v in words if v}),
+        "pages": pages,
     }
+
+
+WORDS = ["the", "quick", "brown", "fox"]
 
 
 PER_PARTITION = (

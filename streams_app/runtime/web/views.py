@@ -45,14 +45,16 @@ def readiness(worker: Worker) -> tuple[bool, dict[str, Any]]:
         return False, {"ready": False, "reason": "stopping"}
     committer = worker._committer
     tasks = worker._tasks
-    if committer is None or tasks is None or committer.group is None:
+    # An app that reads no topic joins no group (runtime/no_inputs.py): nothing to wait for.
+    grouped = worker.plan is None or bool(worker.plan.input_topics)
+    if committer is None or tasks is None or (committer.group is None and grouped):
         return False, {"ready": False, "reason": "waiting for an assignment (rebalancing)"}
     restoring = [str(t.id) for t in tasks.tasks.values() if t.state != RUNNING]
     if restoring:
         return False, {"ready": False, "reason": "restoring", "restoring_tasks": restoring}
     return True, {
         "ready": True,
-        "generation": committer.group.generation_id,
+        "generation": committer.group.generation_id if committer.group else None,
         "tasks": len(tasks.tasks),
     }
 
