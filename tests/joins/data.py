@@ -22,9 +22,17 @@ Per partition, time moves forward in steps of whole 10 ms (so window edges, ``be
 - duplicates (same side, key and time); null keys; null values (tombstones); keys that only
   ever appear on one side; left values whose reference changes, is deleted or points nowhere.
 
+Keys go to the partition Kafka's default partitioner gives them (murmur2), as a foreign-key join
+requires of its right table (its subscriptions are routed that way) and as any producer would
+write them; null keys go to the partition chosen for them. Two scenarios are written on purpose,
+each on a key of its own, because random data rarely hits them: an out-of-order left record
+whose window end is behind stream time but whose grace is not over, followed by a partner (a
+null there is spurious), and a left record whose window closes unmatched, followed by a partner
+later than grace but within the stores' retention (a pair there comes after the null).
+
 Each partition ends with *flush* records of a key of their own, on both sides, far enough ahead
 that every window has closed, every pending left/outer record is due and every versioned
-lookup is decided; their own results are left out of comparisons (:data:`FLUSH`).
+lookup is decided (they pair with each other, so they leave nothing pending themselves).
 """
 
 from __future__ import annotations
@@ -34,10 +42,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cache
+
+from aiokafka.partitioner import murmur2
 
 LEFT, RIGHT = "left", "right"
-#: Keys of the flush records contain this.
-FLUSH = ".flush"
 NOWHERE = "nowhere"
 
 #: A whole hour, one to two hours ago, in ms: recent enough that the broker's retention never
@@ -96,6 +105,24 @@ class Dataset:
         return [r for r in self.records if r.topic == topic and r.partition == partition]
 
 
+def partition_of(key: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives ``key`` (murmur2, as the Java client)."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+@cache
+def keys_of(partition: int, partitions: int, prefix: str, count: int) -> tuple[str, ...]:
+    """``count`` keys ``<prefix><n>`` that the default partitioner puts in ``partition``."""
+    found: list[str] = []
+    n = 0
+    while len(found) < count:
+        key = f"{prefix}{n}"
+        if partition_of(key, partitions) == partition:
+            found.append(key)
+        n += 1
+    return tuple(found)
+
+
 def processing_order(left: list[Rec], right: list[Rec], *, ties: str = LEFT) -> list[Rec]:
     """The order one task processes a partition of each topic in: always the head record with
     the smaller timestamp (Kafka Streams' ``PartitionGroup``, and ours), each topic in offset
@@ -126,7 +153,7 @@ def generate(seed: int, *, per_partition: int = 300, partitions: int = 2) -> Dat
     params = Params()
     data = Dataset([], partitions, params)
     names = {LEFT: 0, RIGHT: 0}
-    shared = [f"p{p}.k{i}" for p in range(partitions) for i in range(6)]
+    shared = [k for p in range(partitions) for k in keys_of(p, partitions, "k", 6)]
 
     def value(topic: str) -> str:
         names[topic] += 1
@@ -158,7 +185,8 @@ def _partition(
 ) -> list[Rec]:
     """One partition's records of both topics, in the order they are written."""
     params = data.params
-    keys = [f"p{p}.k{i}" for i in range(6)]
+    keys = list(keys_of(p, data.partitions, "k", 6))
+    own = iter(keys_of(p, data.partitions, "own", size))  # keys used once, by one scenario
     out: list[Rec] = []
     #: Edge partners: (when to write it, order, record), written once time reaches it.
     scheduled: list[tuple[int, int, Rec]] = []
@@ -193,7 +221,7 @@ def _partition(
             # Stream time reaches the close exactly (a record of a key of its own), then a
             # partner at the window's end arrives: open at that instant, so it matches.
             close = t + params.after + params.grace
-            clock = Rec(LEFT, p, f"p{p}.clock", value(LEFT), close)
+            clock = Rec(LEFT, p, next(own), value(LEFT), close)
             partner = Rec(RIGHT, p, key, value(RIGHT), t + params.after)
             scheduled.append((close, len(scheduled), clock))
             scheduled.append((close, len(scheduled), partner))
@@ -214,18 +242,41 @@ def _partition(
         elif roll < 0.77:
             emit(side, key, t, None, why="null value")
         elif roll < 0.81:
-            only = f"p{p}.only-{side}"
+            only = keys_of(p, data.partitions, f"only-{side}-", 1)[0]
             emit(side, only, t, why="one-sided key")
+        elif roll < 0.83:
+            # Behind stream time by more than ``after`` but less than ``after + grace``,
+            # unmatched, then a partner at the same time: no null is due (Kafka Streams emits
+            # one). The records of keys of their own around them make the task process stream
+            # time up to ``now`` first, then the left record, then its partner.
+            now = max(r.ts for r in out) if out else t
+            fresh, at = next(own), now - params.after - params.grace // 2
+            emit(LEFT, next(own), now)
+            emit(LEFT, fresh, at, why="partner after an early null")
+            emit(RIGHT, next(own), now + 10)
+            emit(RIGHT, fresh, at)
+        elif roll < 0.85:
+            # Unmatched until its window closes, then a partner later than grace allows but
+            # still retained: the null is final (Kafka Streams pairs them too).
+            fresh = next(own)
+            emit(LEFT, fresh, t, why="partner after the null")
+            write_at = t + params.after + params.grace + 500
+            # Stream time past the close, on the partner's topic: processed before the partner.
+            clock = Rec(RIGHT, p, next(own), value(RIGHT), write_at)
+            partner = Rec(RIGHT, p, fresh, value(RIGHT), t + params.after)
+            scheduled.append((write_at, len(scheduled), clock))
+            scheduled.append((write_at, len(scheduled), partner))
         else:
             emit(side, key, t)
         t += rng.choice((0, 10 * rng.randrange(1, 200)))
     out.extend(entry[2] for entry in sorted(scheduled))
     end = max(r.ts for r in out)
     step = params.retention + params.history + params.table_grace
+    key = keys_of(p, data.partitions, "flush", 1)[0]
     for i in range(1, 4):
         flush = end + i * step
-        out.append(Rec(LEFT, p, f"p{p}{FLUSH}", f"L-flush{p}.{i}", flush))
-        out.append(Rec(RIGHT, p, f"p{p}{FLUSH}", f"R-flush{p}.{i}", flush))
+        out.append(Rec(LEFT, p, key, f"L-flush{p}.{i}", flush))
+        out.append(Rec(RIGHT, p, key, f"R-flush{p}.{i}", flush))
     return out
 
 

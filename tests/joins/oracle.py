@@ -62,6 +62,8 @@ class Trace:
 
     #: Record name -> the stream time when its null was emitted.
     released: dict[str, int] = field(default_factory=dict)
+    #: Record name -> the record being processed when its null was emitted.
+    emitted_by: dict[str, Rec] = field(default_factory=dict)
     #: Record names a partner matched.
     matched: set[str] = field(default_factory=set)
     #: Records processed on a side, not stored because past retention when they arrived.
@@ -116,9 +118,11 @@ def join(records: list[Rec], kind: str, p: Params, trace: Trace | None = None) -
             waiting.remove(w)
             out.append(result(w.rec.topic, w.rec, None, w.rec.ts))
             trace.released[w.rec.name or ""] = now
+            trace.emitted_by[w.rec.name or ""] = rec
         if rec.key is None:
             if side in outer and rec.value is not None:
                 out.append(result(side, rec, None, rec.ts))
+                trace.emitted_by[rec.name or ""] = rec
             continue
         if rec.value is None:
             continue
@@ -143,6 +147,7 @@ def join(records: list[Rec], kind: str, p: Params, trace: Trace | None = None) -
             if now > close_of(side, rec.ts, p):
                 out.append(result(side, rec, None, rec.ts))  # it arrived closed: final now
                 trace.released[rec.name or ""] = now
+                trace.emitted_by[rec.name or ""] = rec
             else:
                 waiting.append(entry)
         # Then it is stored on its own side (after the lookup, as Kafka Streams does).
