@@ -38,7 +38,6 @@ lookup is decided (they pair with each other, so they leave nothing pending them
 from __future__ import annotations
 
 import random
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -46,12 +45,12 @@ from functools import cache
 
 from aiokafka.partitioner import murmur2
 
+# A recent whole hour, in ms (the windows tests' reasons hold: the broker's retention never
+# deletes the records, and times are far from 0, where Kafka Streams clamps join windows).
+from tests.windows.data import BASE
+
 LEFT, RIGHT = "left", "right"
 NOWHERE = "nowhere"
-
-#: A whole hour, one to two hours ago, in ms: recent enough that the broker's retention never
-#: deletes the test's records, and far from 0 (Kafka Streams clamps join windows at 0).
-BASE = (time.time_ns() // 1_000_000 // 3_600_000 - 1) * 3_600_000
 
 
 @dataclass(frozen=True)

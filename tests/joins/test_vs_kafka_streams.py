@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
 from streams_app.broker.jars import kafka_version, streams_libs
 from streams_app.jvm import compile_java, java_executable
@@ -43,6 +43,7 @@ from tests.joins.data import LEFT, RIGHT, Dataset, Rec, generate
 from tests.joins.models import Row, parse
 from tests.joins.record import write_record
 from tests.runtime.helpers import wait_until
+from tests.windows.test_vs_kafka_streams import create_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -76,13 +77,13 @@ def kafka_streams_command(
     ]
 
 
-async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
-    finally:
-        await admin.close()
+async def write_input(bootstrap: str, unique: str) -> tuple[Dataset, str]:
+    """The generated input, written to two new topics under the prefix returned."""
+    data = generate(SEED)
+    prefix = f"in-{unique}-"
+    await create_topics(bootstrap, [prefix + LEFT, prefix + RIGHT], data.partitions)
+    await produce(bootstrap, prefix, data.records)
+    return data, prefix
 
 
 async def produce(bootstrap: str, prefix: str, records: list[Rec]) -> None:
@@ -174,10 +175,7 @@ async def run_kafka_streams(
 async def test_kafka_streams_joins_match_the_definitions(
     bootstrap_servers: str, unique: str, tmp_path: Path
 ) -> None:
-    data = generate(SEED)
-    prefix = f"in-{unique}-"
-    await create_topics(bootstrap_servers, [prefix + LEFT, prefix + RIGHT], data.partitions)
-    await produce(bootstrap_servers, prefix, data.records)
+    data, prefix = await write_input(bootstrap_servers, unique)
     outputs, partitions, dropped = await run_kafka_streams(
         bootstrap_servers, unique, tmp_path, data, prefix
     )
@@ -228,10 +226,7 @@ async def test_kafka_streams_joins_match_the_definitions(
 async def test_streams_app_joins_equal_kafka_streams(
     bootstrap_servers: str, unique: str, tmp_path: Path
 ) -> None:
-    data = generate(SEED)
-    prefix = f"in-{unique}-"
-    await create_topics(bootstrap_servers, [prefix + LEFT, prefix + RIGHT], data.partitions)
-    await produce(bootstrap_servers, prefix, data.records)
+    data, prefix = await write_input(bootstrap_servers, unique)
     ours = await run_streams_app(bootstrap_servers, unique, tmp_path, data, prefix)
     for kind in KINDS:
         check(kind, ours[kind], data, reference=False)

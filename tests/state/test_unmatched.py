@@ -107,3 +107,22 @@ def test_the_stream_time_and_releases_commit_together(store: Store) -> None:
     again.tx.commit(2)
     after_restart = view(store)
     assert after_restart.stream_time == 20 and list(after_restart.waiting()) == []
+
+
+def test_as_a_stream_table_grace_buffer(store: Store) -> None:
+    """The versioned stream-table join's grace buffer is this store with ``close_after =
+    grace - 1`` on the stream side: a record at ``t`` is released once the stream side's time
+    reaches ``t + grace`` (Kafka Streams' time-ordered buffer evicts ``t <= observed - grace``),
+    in time order, then key, then arrival."""
+    grace = 100
+    keys, values = unmatched_codecs(StrCodec(), JsonCodec(), JsonCodec())
+    tx = PartitionTransaction(store.partition(0), keys, values)
+    buffer = UnmatchedTransaction(tx, keys, (grace - 1, grace - 1))
+    for offset, (key, t) in enumerate([("b", 1_000), ("a", 1_000), ("c", 950), ("a", 1_050)]):
+        buffer.advance(t)
+        buffer.add(LEFT, key, t, offset, f"{key}@{t}")
+    buffer.advance(1_099)
+    assert [u.value for u in buffer.due()] == ["c@950"]
+    buffer.advance(1_100)  # reaches 1,000 + grace: both records at 1,000, key order
+    assert [u.value for u in buffer.due()] == ["a@1000", "b@1000"]
+    assert [u.value for u in buffer.waiting()] == ["a@1050"]
