@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from streams_app.aio import cancel_and_wait
 from streams_app.runtime.task import RUNNING
 from streams_app.runtime.worker import Worker
+from streams_app.settings import AT_MOST_ONCE
 from streams_app.testing.backends import Backend, KafkaBackend, MemoryBackend, Piped, RawInput
 from streams_app.testing.clock import ManualClock
 from streams_app.testing.faults import CrashPoint, HarnessTransport, Switch, kill_or_stop
@@ -768,8 +769,13 @@ class TopologyDriver:
     async def _idle_reason(self, commit: bool) -> str | None:
         """None when idle; else what is still going on."""
         active = [h for h in self.workers if h.active]
-        reason = await self._idle_reason_now(active, commit)
-        if reason is None and not commit:
+        # At-most-once commits a batch's offsets before processing it: committed offsets say
+        # nothing about what was processed, so look at the workers' loops as without commit.
+        processing = not commit or any(
+            h.require_worker().conf.processing_guarantee == AT_MOST_ONCE for h in active
+        )
+        reason = await self._idle_reason_now(active, commit, processing)
+        if reason is None and processing:
             # The checks above awaited the broker: make sure no worker fetched meanwhile.
             for handle in active:
                 consumer = handle.transport.main_consumer if handle.transport else None
@@ -781,7 +787,9 @@ class TopologyDriver:
                     return f"{handle.name} has records not acknowledged yet"
         return reason
 
-    async def _idle_reason_now(self, active: list[WorkerHandle], commit: bool) -> str | None:
+    async def _idle_reason_now(
+        self, active: list[WorkerHandle], commit: bool, processing: bool
+    ) -> str | None:
         for handle in active:
             worker = handle.require_worker()
             if not worker.started.is_set() or worker._tasks is None:
@@ -795,7 +803,7 @@ class TopologyDriver:
             if commit and _uncommitted(worker):
                 return f"{handle.name} has uncommitted work"
             consumer = handle.transport.main_consumer if handle.transport else None
-            if not commit:
+            if processing:
                 # Back in getmany means done with everything fetched before.
                 if consumer is None or not consumer.polling:
                     return f"{handle.name} is processing"
