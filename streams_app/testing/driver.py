@@ -151,6 +151,15 @@ class WorkerHandle:
         return self.worker
 
 
+def _at_or_after(when: float) -> float:
+    """The first time the manual clock (whole microseconds) can show that is not before
+    ``when``: ``when`` itself when it is a whole number of microseconds."""
+    micros = round(when * 1_000_000)
+    if micros / 1_000_000 < when:
+        micros += 1
+    return micros / 1_000_000
+
+
 def _uncommitted(worker: Worker) -> bool:
     if worker._producer is None or worker._tasks is None:
         return False
@@ -503,7 +512,7 @@ class TopologyDriver:
             # Step to each timer's due time, so a timer fires as often as it would in memory.
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.real_timeout
-            while loop.time() < deadline:
+            while True:
                 dues = [
                     due
                     for h in self.live_workers
@@ -512,9 +521,17 @@ class TopologyDriver:
                 ]
                 if (sleeper := clock.next_deadline()) is not None:
                     dues.append(sleeper)
-                due = min((d for d in dues if d <= target), default=None)
+                # The clock counts whole microseconds: a due time it cannot hold (a crontab's,
+                # from the wall clock) is stepped to the next one, not rounded to just before
+                # it, where the timer would not be due and be stepped to until real_timeout.
+                due = min((t for d in dues if (t := _at_or_after(d)) <= target), default=None)
                 if due is None:
                     break
+                if loop.time() > deadline:
+                    raise HarnessError(
+                        f"advance_time: still stepping to timers due by {target:.6f}s (now at "
+                        f"{due:.6f}s) after {self.real_timeout:g}s of real time\n{self.describe()}"
+                    )
                 clock.advance_to(max(due, clock.monotonic()))
                 await self._turns(2)
             clock.advance_to(target)
