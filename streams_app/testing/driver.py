@@ -233,13 +233,23 @@ class TopologyDriver:
     async def __aenter__(self) -> TopologyDriver:
         try:
             await self.start()
-        except BaseException:
-            await self.close()
+        except BaseException as exc:
+            await self._close_after(exc)
             raise
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
+        if exc is None:
+            await self.close()
+        else:
+            await self._close_after(exc)
+
+    async def _close_after(self, exc: BaseException) -> None:
+        """Close while ``exc`` propagates: a failure to stop is added to it, not raised over it."""
+        try:
+            await self.close()
+        except HarnessError as failure:
+            exc.add_note(f"and closing the driver failed: {failure}")
 
     async def start(self) -> None:
         """Start the initial workers and run until they are assigned, restored and idle."""
@@ -250,7 +260,10 @@ class TopologyDriver:
         await self.run_until_idle()
 
     async def close(self) -> None:
-        """Stop every running worker gracefully (final commit), then release everything."""
+        """Stop every running worker gracefully (final commit), then release everything.
+        Raises :class:`HarnessError` (:class:`WorkerFailed`) once everything is released if a
+        worker failed while stopping or did not stop."""
+        failure: HarnessError | None = None
         try:
             for handle in self.workers:
                 if handle.frozen:
@@ -264,8 +277,10 @@ class TopologyDriver:
                 running = [h.name for h in stopping if h.running]
                 return f"{running} stopping" if running else None
 
-            with contextlib.suppress(HarnessError):
+            try:
                 await self._drive(stopped, commit=False)
+            except HarnessError as exc:
+                failure = exc
         finally:
             try:
                 # A worker's agents run user code, which may swallow a cancel: re-cancelled.
@@ -277,6 +292,8 @@ class TopologyDriver:
                     await self.backend.close()
                 if self._own_state_dir:
                     shutil.rmtree(self.state_root, ignore_errors=True)
+        if failure is not None:
+            raise failure
 
     # -- workers ---------------------------------------------------------------------------
 

@@ -171,6 +171,22 @@ async def test_a_poison_record_goes_to_the_dead_letter_topic(
         assert dead.header(H_SOURCE_OFFSET) == b"1"
 
 
+@pytest.mark.streams_backends("memory")  # the record and the stop reach the worker together
+async def test_a_worker_failing_while_it_stops_fails_the_close(
+    topology_driver: DriverFactory,
+) -> None:
+    """A stop is graceful (the batch fetched is finished and committed): a worker that fails
+    meanwhile, here on a record under ``error_policy="stop"``, makes ``close()`` raise once
+    everything is released, rather than the test passing over it."""
+    app, attempts = failing_app(fail_times=10, error_policy="stop", max_retries=0)
+    driver = topology_driver(app)
+    await driver.start()
+    await driver.pipe("flaky-in", 13, key="a")
+    with pytest.raises(WorkerFailed, match="WorkerStopped") as failed:
+        await driver.close()
+    assert attempts == {0: 1} and failed.value.handle.status == "failed"
+
+
 async def test_at_most_once_never_retries_a_failing_record(
     topology_driver: DriverFactory,
 ) -> None:
