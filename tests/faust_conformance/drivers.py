@@ -153,7 +153,7 @@ async def rpc(ctx: Context) -> dict[str, Any]:
     command = [line for line in printed.splitlines() if "* 100 =" in line]
     joined = ctx.printed("JOINED:")[0]
     replies = sorted(ctx.printed("RECEIVED REPLY:")[:7])
-    ctx.stop()
+    ctx.stop(kill_faust=True)
     return {"joined": joined, "mapped": replies, "x100_command": command}
 
 
