@@ -92,6 +92,8 @@ def test_every_example_is_accounted_for(faust_examples: Path) -> None:
         assert (faust_examples / example.path).exists(), example.path
         assert bool(example.run) ^ bool(example.excluded or example.pending), example.name
         assert bool(example.differs) == bool(example.difference), example.name
+    # The README's promise: make test runs a guide app under both frameworks.
+    assert any(app.quick for app in GUIDE_APPS), "no guide app is quick (in make test)"
 
 
 def _is_entry(path: Path) -> bool:
