@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from streams_app.runtime.errors_policy import H_ERROR_MESSAGE, H_ERROR_TYPE
 from tests.faust_conformance import window_drivers
 from tests.faust_conformance.context import Context, shape
 
@@ -50,9 +51,11 @@ class Example:
     #: run is checked against ``expected`` instead.
     faust_broken: str | None = None
     expected: dict[str, Any] | None = None
-    #: Runs unchanged, but observes a documented difference (the reason): the test is an
-    #: expected failure (strict: it fails the day the observations agree).
+    #: Runs unchanged, but observes a documented difference (the reason) ...
     differs: str | None = None
+    #: ... exactly this one: (observation, faust-streaming's, streams_app's). Every other
+    #: observation must be equal, and these must be what they say under each system.
+    difference: tuple[tuple[str, Any, Any], ...] = ()
 
 
 # -- faust-streaming's examples ---------------------------------------------------------------
@@ -153,7 +156,7 @@ async def rpc(ctx: Context) -> dict[str, Any]:
     command = [line for line in printed.splitlines() if "* 100 =" in line]
     joined = ctx.printed("JOINED:")[0]
     replies = sorted(ctx.printed("RECEIVED REPLY:")[:7])
-    ctx.stop()
+    ctx.stop(kill_faust=True)
     return {"joined": joined, "mapped": replies, "x100_command": command}
 
 
@@ -258,11 +261,20 @@ async def kubernetes_consumer(ctx: Context) -> dict[str, Any]:
     # whichever partition, is the whole count. streams_app keeps one per partition: their sum
     # is the whole count (and it warns once). Both give `count` here, each its own way.
     whole = max(totals) if ctx.system == "faust" else sum(totals)
+    dead = await ctx.read("test.dlq")  # streams_app's dead letters of `test` (none: [])
     return {
         "per_key": dict(sorted(per_key.items())),
         "totals": whole,
         "expected_total": count,
         "warned_once": ctx.app.output().count("a key other than the record's key") <= 1,
+        "dead_letters": len(dead),
+        "dead_letter_errors": sorted(
+            {
+                f"{(r.header(H_ERROR_TYPE) or b'').decode()}: "
+                + shape((r.header(H_ERROR_MESSAGE) or b"").decode())
+                for r in dead
+            }
+        ),
     }
 
 
@@ -397,6 +409,8 @@ PER_PARTITION = (
     "worker, streams_app one per partition (docs/migrating-from-faust.md)"
 )
 
+COUNTERS = (("current_counts", window_drivers.ONE_PER_WORKER, window_drivers.ONE_PER_PARTITION),)
+
 TYPED = (
     "the example's producer sends fractions (random()) for the model's `value: int` field: "
     "streams_app checks decoded records against the model's field types and dead-letters them "
@@ -432,6 +446,16 @@ EXAMPLES: list[Example] = [
         kubernetes_consumer,
         topics=(("test", 8),),
         differs=TYPED,
+        difference=(
+            ("per_key", {"partition: 0": 100, "partition: 1": 100}, {}),
+            ("totals", 200, 0),
+            ("dead_letters", 0, 200),
+            (
+                "dead_letter_errors",
+                [],
+                ["DecodeError: does not fit Score: field 'value' must be an integer, got number"],
+            ),
+        ),
     ),
     Example(
         "tableofset",
@@ -460,6 +484,7 @@ EXAMPLES: list[Example] = [
         window_drivers.hopping,
         topics=(("hopping_topic", 8),),
         differs=PER_PARTITION,
+        difference=COUNTERS,
     ),
     Example(
         "windowing_hopping_2",
@@ -473,6 +498,7 @@ EXAMPLES: list[Example] = [
         window_drivers.tumbling,
         topics=(("tumbling_topic", 8),),
         differs=PER_PARTITION,
+        difference=COUNTERS,
     ),
     Example(
         "withdrawals", "withdrawals.py", window_drivers.withdrawals, topics=(("withdrawals", 4),)

@@ -13,18 +13,28 @@ from streams_app.runtime.worker import Worker
 from streams_app.testing.workers import WorkerProcess
 
 
+async def await_started(worker: Worker, run: asyncio.Task[None], timeout: float = 60) -> None:
+    """Wait until ``worker`` (running as ``run``) has started: raises its start error if it
+    fails first, TimeoutError (cancelling it) if it is not started in ``timeout`` seconds."""
+    started = asyncio.create_task(worker.started.wait())
+    done, _ = await asyncio.wait(
+        {run, started}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+    )
+    if run in done:
+        started.cancel()
+        run.result()  # raises the start error
+        raise AssertionError("the worker ended without starting or failing")
+    if started not in done:
+        started.cancel()
+        run.cancel()
+        raise TimeoutError(f"worker did not start within {timeout:g}s")
+
+
 @contextlib.asynccontextmanager
 async def running_worker(app: App, state_dir: Path, **overrides: Any) -> AsyncIterator[Worker]:
     worker = app.worker(state_dir=state_dir, **overrides)
     task = asyncio.create_task(worker.run())
-    started = asyncio.create_task(worker.started.wait())
-    done, _ = await asyncio.wait({task, started}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        started.cancel()
-        task.result()  # raises the start error
-    if started not in done:
-        task.cancel()
-        raise TimeoutError("worker did not start within 60s")
+    await await_started(worker, task)
     try:
         yield worker
     finally:

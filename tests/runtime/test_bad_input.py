@@ -35,7 +35,7 @@ from streams_app.runtime.errors_policy import (
 from streams_app.runtime.worker import H_SRC_OFFSET, H_SRC_PARTITION, Worker
 from streams_app.transport.base import TopicSpec
 from tests.kafka.helpers import create_topics
-from tests.runtime.helpers import wait_until
+from tests.runtime.helpers import await_started, wait_until
 
 PARTITIONS = 24
 GOOD_PER_PARTITION = 4
@@ -148,11 +148,7 @@ def corpus_plan(poison_partitions: int) -> dict[int, list[tuple[str, bytes | Non
 async def start(app: App, state_dir: Path) -> tuple[Worker, asyncio.Task[None]]:
     worker = app.worker(state_dir=state_dir)
     task = asyncio.create_task(worker.run())
-    started = asyncio.create_task(worker.started.wait())
-    done, _ = await asyncio.wait({task, started}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()
-    assert started in done, "worker did not start within 60 s"
+    await await_started(worker, task)
     return worker, task
 
 

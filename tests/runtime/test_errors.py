@@ -22,7 +22,7 @@ from streams_app.runtime.errors_policy import (
 )
 from streams_app.transport.base import TopicSpec
 from tests.kafka.helpers import create_topics
-from tests.runtime.helpers import running_worker, wait_until
+from tests.runtime.helpers import await_started, running_worker, wait_until
 
 
 def failing_app(
@@ -125,7 +125,7 @@ async def test_stop_policy_stops_the_worker_with_nothing_partial_visible(
     app = failing_app(unique, bootstrap_servers, attempts, fail_times=99, error_policy="stop")
     worker = app.worker(state_dir=tmp_path / "s")
     run = asyncio.create_task(worker.run())
-    await worker.started.wait()
+    await await_started(worker, run)
     await feed(app, f"in-{unique}", RECORDS)
     with pytest.raises(WorkerStopped, match=rf"in-{unique}\[0\]@2"):
         await asyncio.wait_for(run, 60)
@@ -228,7 +228,7 @@ async def test_a_dead_letter_the_topic_refuses_stops_the_worker_instead_of_loopi
     topic = f"in-{unique}"
     worker = app.worker(state_dir=tmp_path / "s")
     run = asyncio.create_task(worker.run())
-    await asyncio.wait_for(worker.started.wait(), 60)
+    await await_started(worker, run)
     await limit_topic(bootstrap_servers, f"{topic}.dlq", 2000)
     async with app.producer() as producer:
         await producer.send(topic, key="a", value=1, partition=0)
@@ -292,7 +292,7 @@ async def test_an_output_the_broker_refuses_at_commit_stops_the_worker_naming_th
     topic, echo = f"in-{unique}", f"echo-{unique}"
     worker = app.worker(state_dir=tmp_path / "s")
     run = asyncio.create_task(worker.run())
-    await asyncio.wait_for(worker.started.wait(), 60)
+    await await_started(worker, run)
     await limit_topic(bootstrap_servers, echo, 2000)
     async with app.producer() as producer:
         await producer.send(topic, key="a", value=10**4000, partition=0)  # 4001 digits

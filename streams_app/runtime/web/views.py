@@ -7,8 +7,9 @@
   Streams' ``State.RUNNING``: a worker in a rebalance or a restore is not ready, and its pod
   leaves a Service's endpoints until it is.
 - **assignment**: this worker's tasks, their partitions with position / committed / end offsets
-  and lag, their table partitions with the changelog offset the local store holds, the standby
-  tasks, and the group's map of which address owns which partition.
+  and lag, their table partitions with the changelog offset the local store holds and how they
+  were last restored, the standby tasks, and the group's map of which address owns which
+  partition.
 
 Nothing here carries settings, record keys or values: these answers are for anyone who can
 reach the port.
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from streams_app.runtime.lag import partition_lags
 from streams_app.runtime.task import RUNNING, Task
+from streams_app.state.restore import RestoreResult
+from streams_app.transport.base import TopicPartition
 
 if TYPE_CHECKING:
     from streams_app.runtime.worker import Worker
@@ -59,7 +62,24 @@ def readiness(worker: Worker) -> tuple[bool, dict[str, Any]]:
     }
 
 
-def _task_view(task: Task, worker: Worker, lags: dict[Any, Any]) -> dict[str, Any]:
+def _restored(result: RestoreResult | None) -> dict[str, Any] | None:
+    """How a task's table partition was last brought up to date here: the changelog offset
+    its store held, the range read (equal ends: nothing to read, as after a failover to a
+    caught-up standby; ``from_offset`` 0 with a long changelog: a restore from scratch)."""
+    if result is None:
+        return None
+    return {
+        "stored_offset": result.stored_offset,
+        "from_offset": result.from_offset,
+        "to_offset": result.to_offset,
+        "records": result.records,
+        "wiped": result.wiped,
+    }
+
+
+def _task_view(
+    task: Task, worker: Worker, lags: dict[Any, Any], restores: dict[Any, RestoreResult]
+) -> dict[str, Any]:
     plan = worker.plan
     partitions = []
     for tp in sorted(task.partitions):
@@ -78,13 +98,17 @@ def _task_view(task: Task, worker: Worker, lags: dict[Any, Any]) -> dict[str, An
     if plan is not None:
         for name in plan.tables_by_group.get(task.id.group, ()):
             store = worker.stores.get(name)
+            changelog = plan.changelog_topics[name]
             tables.append(
                 {
                     "table": name,
-                    "changelog": plan.changelog_topics[name],
+                    "changelog": changelog,
                     "partition": task.id.partition,
                     "changelog_offset": (
                         store.partition(task.id.partition).changelog_offset if store else None
+                    ),
+                    "restored": _restored(
+                        restores.get(TopicPartition(changelog, task.id.partition))
                     ),
                 }
             )
@@ -98,8 +122,11 @@ def assignment(worker: Worker) -> dict[str, Any]:
     lags = {}
     if tasks is not None and worker._consumer is not None:
         lags = {entry.tp: entry for entry in partition_lags(tasks, worker.consumer)}
+    # The latest restore of each changelog partition (every one, those with nothing to read
+    # too: a task taken over from an up-to-date standby reads nothing).
+    restores = {r.changelog: r for r in tasks.restores} if tasks is not None else {}
     active = (
-        [_task_view(task, worker, lags) for _, task in sorted(tasks.tasks.items())]
+        [_task_view(task, worker, lags, restores) for _, task in sorted(tasks.tasks.items())]
         if tasks is not None
         else []
     )
