@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from streams_app.cli import (
     app_commands,
     broker,
+    changelog,
     demo,
     outbox,
     pipeline,
@@ -63,6 +64,7 @@ def build_parser(app: App | None = None, prog: str = "streams-app") -> argparse.
         status.add_parser(sub, parents)
         tables.add_parser(sub, parents)
         reset.add_parser(sub, parents)
+        changelog.add_parser(sub, parents)
         sink.add_parser(sub, parents)
         outbox.add_parser(sub, parents)
         postgres.add_parser(sub, parents)
@@ -131,7 +133,7 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         return int(args.func(args))
     except StreamsAppError as exc:
         print(f"streams-app: error: {exc}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_status", 2))
     except KeyboardInterrupt:
         return 130
 
