@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import shutil
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,7 @@ from streams_app.readback import read_topics, wait_committed
 from streams_app.state.disk import disk_error
 from streams_app.transport.base import TopicSpec
 from tests.kafka.helpers import create_topics
-from tests.runtime.helpers import produce_keyed, wait_until
+from tests.runtime.helpers import produce_keyed, sums_of, table_from_changelog, wait_until
 
 PARTITIONS = 4
 
@@ -98,18 +96,16 @@ def worker_env(bootstrap: str, unique: str) -> dict[str, str]:
     return env
 
 
-def sums_of(sent: list[tuple[str, int]]) -> dict[str, int]:
-    sums: dict[str, int] = defaultdict(int)
-    for key, value in sent:
-        sums[key] += value
-    return dict(sums)
-
-
-async def table(bootstrap: str, changelog: str) -> dict[str, int]:
-    out = {}
-    for record in (await read_topics(bootstrap, [changelog]))[changelog]:
-        out[json.loads(record.key)] = json.loads(record.value)
-    return out
+async def keyed_sum_on_a_tmpfs(
+    bootstrap: str, unique: str, tmp_path: Path, size: str
+) -> tuple[str, str, Path, Path, Namespace]:
+    """The input topic, the group, the state directory (on a tmpfs of ``size``), the worker's
+    log and the namespace that runs it."""
+    source = f"ks-in-{unique}"
+    await create_topics(bootstrap, TopicSpec(source, PARTITIONS, 1))
+    mountpoint = tmp_path / "disk"
+    namespace = Namespace(mountpoint, size, worker_env(bootstrap, unique))
+    return source, f"ks-{unique}", mountpoint / "state", tmp_path / "worker.log", namespace
 
 
 def error_lines(log: str) -> list[str]:
@@ -120,11 +116,9 @@ def error_lines(log: str) -> list[str]:
 async def test_a_full_state_disk_stops_the_worker_with_one_line_and_loses_nothing(
     bootstrap_servers: str, unique: str, tmp_path: Path
 ) -> None:
-    source, group = f"ks-in-{unique}", f"ks-{unique}"
-    await create_topics(bootstrap_servers, TopicSpec(source, PARTITIONS, 1))
-    mountpoint, log = tmp_path / "disk", tmp_path / "worker.log"
-    state = mountpoint / "state"
-    ns = Namespace(mountpoint, "4m", worker_env(bootstrap_servers, unique))
+    source, group, state, log, ns = await keyed_sum_on_a_tmpfs(
+        bootstrap_servers, unique, tmp_path, "4m"
+    )
     try:
         sent = await produce_keyed(bootstrap_servers, source, 500, seed=1, keys=50)
         await ns.ask(f"worker {state} {log}")
@@ -154,7 +148,7 @@ async def test_a_full_state_disk_stops_the_worker_with_one_line_and_loses_nothin
     finally:
         ns.close()
     expected = sums_of(sent + more)
-    assert await table(bootstrap_servers, f"ks-{unique}-sums-changelog") == expected
+    assert await table_from_changelog(bootstrap_servers, f"ks-{unique}-sums-changelog") == expected
     echoes = (await read_topics(bootstrap_servers, [f"ks-echo-{unique}"]))[f"ks-echo-{unique}"]
     assert len(echoes) == len(sent) + len(more)
 
@@ -163,11 +157,9 @@ async def test_a_full_state_disk_stops_the_worker_with_one_line_and_loses_nothin
 async def test_an_existing_read_only_state_directory_is_one_line_not_a_traceback(
     bootstrap_servers: str, unique: str, tmp_path: Path
 ) -> None:
-    source, group = f"ks-in-{unique}", f"ks-{unique}"
-    await create_topics(bootstrap_servers, TopicSpec(source, PARTITIONS, 1))
-    mountpoint, log = tmp_path / "disk", tmp_path / "worker.log"
-    state = mountpoint / "state"
-    ns = Namespace(mountpoint, "8m", worker_env(bootstrap_servers, unique))
+    source, group, state, log, ns = await keyed_sum_on_a_tmpfs(
+        bootstrap_servers, unique, tmp_path, "8m"
+    )
     try:
         sent = await produce_keyed(bootstrap_servers, source, 300, seed=3, keys=20)
         await ns.ask(f"worker {state} {log}")
@@ -190,7 +182,9 @@ async def test_an_existing_read_only_state_directory_is_one_line_not_a_traceback
         await ns.ask("term")
     finally:
         ns.close()
-    assert await table(bootstrap_servers, f"ks-{unique}-sums-changelog") == sums_of(sent)
+    assert await table_from_changelog(bootstrap_servers, f"ks-{unique}-sums-changelog") == sums_of(
+        sent
+    )
 
 
 @pytest.mark.parametrize(

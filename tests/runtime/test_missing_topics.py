@@ -16,7 +16,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import aiohttp
@@ -29,28 +28,9 @@ from streams_app.readback import read_topics, wait_committed
 from streams_app.testing.workers import WorkerProcess
 from streams_app.transport.base import TopicSpec
 from tests.kafka.helpers import create_topics
-from tests.runtime.helpers import produce_keyed, wait_until
+from tests.runtime.helpers import produce_keyed, sums_of, table_from_changelog, wait_until
 
 PARTITIONS = 4
-
-
-def expected_sums(sent: list[tuple[str, int]]) -> dict[str, int]:
-    sums: dict[str, int] = defaultdict(int)
-    for key, value in sent:
-        sums[key] += value
-    return dict(sums)
-
-
-async def table_in_changelog(bootstrap: str, changelog: str) -> dict[str, int]:
-    """The table as its changelog holds it (latest record per key, read_committed)."""
-    out: dict[str, int] = {}
-    for record in (await read_topics(bootstrap, [changelog]))[changelog]:
-        key = json.loads(record.key)
-        if record.value is None:
-            out.pop(key, None)
-        else:
-            out[key] = json.loads(record.value)
-    return out
 
 
 async def last_sums(bootstrap: str, topic: str) -> dict[str, int]:
@@ -129,13 +109,13 @@ async def test_a_changelog_deleted_while_running_stops_the_worker_and_reseed_wri
         assert reseed.returncode == 0, reseed.stderr
         assert "re-seeded" in reseed.stdout
         # The changelog holds the table again, as the store did.
-        assert await table_in_changelog(bootstrap_servers, ks.changelog) == expected_sums(sent)
+        assert await table_from_changelog(bootstrap_servers, ks.changelog) == sums_of(sent)
         more = await produce_keyed(bootstrap_servers, ks.source, 300, seed=2, keys=20)
         await ks.run_until_committed()
     finally:
         ks.worker.terminate()
-    expected = expected_sums(sent + more)
-    assert await table_in_changelog(bootstrap_servers, ks.changelog) == expected
+    expected = sums_of(sent + more)
+    assert await table_from_changelog(bootstrap_servers, ks.changelog) == expected
     assert await last_sums(bootstrap_servers, ks.sums) == expected
 
 
@@ -166,8 +146,8 @@ async def test_a_changelog_deleted_and_recreated_is_refused_at_start_until_resee
         await ks.run_until_committed()
     finally:
         ks.worker.terminate()
-    expected = expected_sums(sent + more)  # not restarted from an empty table
-    assert await table_in_changelog(bootstrap_servers, ks.changelog) == expected
+    expected = sums_of(sent + more)  # not restarted from an empty table
+    assert await table_from_changelog(bootstrap_servers, ks.changelog) == expected
     assert await last_sums(bootstrap_servers, ks.sums) == expected
 
 
