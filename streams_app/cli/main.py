@@ -13,6 +13,7 @@ from streams_app.app import faust_settings
 from streams_app.cli import (
     app_commands,
     broker,
+    changelog,
     demo,
     outbox,
     pipeline,
@@ -64,6 +65,7 @@ def build_parser(app: App | None = None, prog: str = "streams-app") -> argparse.
         status.add_parser(sub, parents)
         tables.add_parser(sub, parents)
         reset.add_parser(sub, parents)
+        changelog.add_parser(sub, parents)
         sink.add_parser(sub, parents)
         outbox.add_parser(sub, parents)
         postgres.add_parser(sub, parents)
@@ -133,7 +135,7 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         return int(args.func(args))
     except StreamsAppError as exc:
         print(f"streams-app: error: {exc}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_status", 2))
     except KeyboardInterrupt:
         return 130
 

@@ -53,20 +53,25 @@ from streams_app.runtime.plain_producer import PlainProducer
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.progress import CatchUpMonitor, RestoreProgress, interactive_stream
 from streams_app.runtime.punctuator import CallbackFailed, Punctuator
+from streams_app.runtime.reconnect import Reconnect
 from streams_app.runtime.replicas import Replicas
 from streams_app.runtime.scope import current_parkable, in_processing
 from streams_app.runtime.services import Services
 from streams_app.runtime.state_memory import log_state_memory
+from streams_app.runtime.stopping import StopControl, close_local
 from streams_app.runtime.stream_time import decode_metadata
 from streams_app.runtime.task import RUNNING, Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.timers import TimerScheduler
+from streams_app.runtime.topic_watch import TopicWatch
 from streams_app.runtime.topology import TopologyPlan, plan_topology
+from streams_app.runtime.watchdog import Watchdog
 from streams_app.runtime.web import WebServer
 from streams_app.settings import AT_MOST_ONCE, EXACTLY_ONCE_V2
 from streams_app.state.base import Store
 from streams_app.state.budget import StateMemory
 from streams_app.state.directory import StateDirectory
+from streams_app.state.disk import disk_error
 from streams_app.state.factory import open_store, rocksdb_options
 from streams_app.transport.base import (
     AdminClient,
@@ -167,6 +172,12 @@ class Worker:
         self.runner = AgentRunner(app)
         self.runner.replier = self._reply
         self.policy = ErrorPolicy(conf)
+        #: Restarts of the producer that wait out an outage (runtime/reconnect.py).
+        self.reconnect = Reconnect()
+        self.watchdog = Watchdog(
+            conf.effective_processing_timeout,
+            conf.transaction_timeout if conf.exactly_once else None,
+        )
         self.timers = TimerScheduler(
             app, self.clock, is_leader=self.is_leader, leader_scope=self._leader_task
         )
@@ -175,6 +186,7 @@ class Worker:
         self.started = asyncio.Event()
         self.stopped = asyncio.Event()
         self._stop_requested = asyncio.Event()
+        self.stopping = StopControl(self._stop_requested, conf.shutdown_timeout)
         self._lock = asyncio.Lock()
         self._rebalancing = False
         self._foreign_warned = -1e9
@@ -226,6 +238,7 @@ class Worker:
         #: The web server (None: web_enabled is off, or not started yet).
         self.web: WebServer | None = None
         self._catch_up: asyncio.Task[None] | None = None
+        self.topic_watch: TopicWatch | None = None
 
     # -- accessors (valid once started) ---------------------------------------------------
 
@@ -302,12 +315,21 @@ class Worker:
             with young_generation(self.conf.gc_young_threshold):
                 try:
                     await self.start()
-                    await self._loop()
+                    # Bounded once a stop is requested (runtime/stopping.py).
+                    await self.stopping.run_loop(self._loop())
+                    self.stopping.raise_failure()
                 except BaseException as exc:
-                    self.error = exc
+                    # A full, read-only or forbidden state directory: one line (state/disk.py).
+                    self.error = disk_error(exc, self.conf.state_dir / self.conf.id) or exc
+                    if self.error is not exc:
+                        raise self.error from exc
                     raise
                 finally:
-                    await self._shutdown()
+                    await self.stopping.shutdown(
+                        self._shutdown(),
+                        lambda: close_local(self.stores.values(), self.directory, self.web),
+                        failed=self.error is not None,
+                    )
         finally:
             current_runtime.reset(token)
             self.stopped.set()
@@ -322,8 +344,13 @@ class Worker:
         return self._stop_requested.is_set()
 
     def request_stop(self) -> None:
-        """Graceful stop: finish the current batch, commit, close (SIGTERM does this)."""
+        """Graceful stop: finish the current batch, commit, close (SIGTERM does this), within
+        two ``shutdown_timeout`` (runtime/stopping.py)."""
         self._stop_requested.set()
+
+    def fail(self, error: BaseException) -> None:
+        """Stop, then raise ``error`` from :meth:`run` (a condition found outside the loop)."""
+        self.stopping.fail(error)
 
     def request_commit(self) -> None:
         """Commit at the next quiescent point, whether or not ``commit_interval`` is up.
@@ -418,6 +445,7 @@ class Worker:
             self.transport,
             guarantees.producer_config(conf, self.directory.process_id),
             clock=self.clock,
+            reconnect=self.reconnect,  # outages: recreating it waits for the cluster
         )
         await self._producer.start()  # exactly-once: fences our previous incarnation
         self._dead_letters = DeadLetters(
@@ -468,6 +496,15 @@ class Worker:
         await self.services.start_services()
         self._consumer.subscribe(self.plan.input_topics, _RebalanceListener(self))
         self._catch_up = asyncio.ensure_future(self._catch_up_monitor().run())
+        # Input topics and changelogs deleted while running (runtime/topic_watch.py).
+        self.topic_watch = TopicWatch(
+            admin,
+            self.plan.input_topics,
+            self.plan.changelog_topics,
+            missing_timeout=conf.missing_topic_timeout,
+            fail=self.fail,
+        )
+        self.stopping.background("topic watch", self.topic_watch.run())
         self.started.set()
         self.services.start_tasks(leader=False)
         inputs = ", ".join(self.plan.input_topics) or "none (no consumer group)"
@@ -611,10 +648,10 @@ class Worker:
                 "transaction failed (%s: %s): aborting and retrying", type(exc).__name__, exc
             )
             await self._undo(recreate_producer=True)
-            # A dead letter refused for good stops the worker naming its record; an output
-            # refused for good stops it too: committing again would fail the same way.
-            self.dead_letters.raise_if_refused()
-            if is_record_rejected(exc):
+            # A dead letter refused goes again smaller (runtime/dead_letter_size.py); an output
+            # refused for good stops the worker: committing again would fail the same way.
+            smaller = self.dead_letters.raise_if_refused()
+            if is_record_rejected(exc) and not smaller:
                 raise WorkerStopped(
                     f"{exc}: the transaction cannot commit, and every retry would fail the same "
                     "way. Stopping; nothing of it was committed. Fix: raise the topic's "
@@ -748,8 +785,10 @@ class Worker:
     async def _settle(self) -> None:
         """Wait until every agent and timer waits for input, is parked, or holds values; raise
         the agents' failures (one per record)."""
-        await self.runner.wait_settled()
+        # The processing timeout (runtime/watchdog.py): agents still busy past it fail.
         failures: dict[tuple[str, int, int] | None, Failure] = {}
+        for failure in await self.watchdog.settle(self.runner):
+            failures.setdefault(failure.position, failure)
         for actor in self.runner.failed():
             error = actor.error
             assert error is not None

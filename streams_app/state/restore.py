@@ -6,9 +6,14 @@ the changelog's beginning offset and high watermark):
 - ``stored is None``: the partition never saw the changelog: read ``[begin, end)``;
 - ``begin <= stored <= end``: the store already holds everything before ``stored``: read only
   the tail ``[stored, end)`` (nothing at all when ``stored == end``);
-- ``stored > end`` (the changelog was deleted and recreated) or ``stored < begin`` (retention
-  removed records the store never saw): the state cannot be trusted: wipe it, read ``[begin,
-  end)``.
+- ``stored > end``: the changelog was deleted (and recreated) under the store, which may hold
+  the only copy of the table: restore refuses (:class:`ChangelogBeyondEnd`), and the worker
+  stops naming the table and both offsets, for an operator to re-seed the changelog from the
+  store or wipe the store (``streams-app -A app changelog reseed|wipe``). Kafka Streams wipes
+  and restores here, losing the table silently (issue 35, item 5). A standby's copy is wiped
+  (``refuse=False``): the active task's store is the one that counts;
+- ``stored < begin`` (retention removed records the store never saw): the state cannot be
+  trusted: wipe it, read ``[begin, end)``.
 
 The end is the high watermark (read_uncommitted ListOffsets), not the last stable offset, as in
 Kafka Streams since KAFKA-10167: restore is complete only once every transaction that wrote to
@@ -37,7 +42,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from streams_app.state.base import StorePartition
-from streams_app.state.errors import RestoreStalledError
+from streams_app.state.errors import ChangelogBeyondEnd, RestoreStalledError
 from streams_app.transport.base import RecordLike, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -102,10 +107,11 @@ def _name(tp: TopicPartition) -> str:
 
 
 def resume_offset(
-    tp: TopicPartition, part: StorePartition, begin: int, end: int
+    tp: TopicPartition, part: StorePartition, begin: int, end: int, *, refuse: bool = False
 ) -> tuple[int, bool]:
     """Where reading ``tp`` must start for ``part`` (the rules of the module docstring), and
-    whether ``part`` had to be wiped first. Restore and standby tasks share this rule."""
+    whether ``part`` had to be wiped first. Restore and standby tasks share this rule; with
+    ``refuse``, a store beyond the changelog's end raises :class:`ChangelogBeyondEnd`."""
     stored = part.changelog_offset
     if stored is None:
         if next(iter(part.items()), None) is not None:
@@ -116,6 +122,8 @@ def resume_offset(
         return begin, False
     if begin <= stored <= end:
         return stored, False
+    if refuse and stored > end:
+        raise ChangelogBeyondEnd({(tp[0], tp[1]): (stored, end)})
     why = (
         "beyond the changelog's end (was it recreated?)"
         if stored > end
@@ -170,10 +178,17 @@ async def restore_partitions(
     results: dict[TopicPartition, RestoreResult] = {}
     # changelog partition -> (stored offset before restore, wiped?, start offset, end offset)
     plans: dict[TopicPartition, tuple[int | None, bool, int, int]] = {}
+    beyond = {
+        (tp[0], tp[1]): (stored, ends[tp])
+        for tp, part in partitions.items()
+        if (stored := part.changelog_offset) is not None and stored > ends[tp]
+    }
+    if beyond:  # nothing is wiped: every partition concerned is named at once
+        raise ChangelogBeyondEnd(beyond)
     for tp, part in partitions.items():
         begin, end = beginnings[tp], ends[tp]
         stored = part.changelog_offset
-        start, wiped = resume_offset(tp, part, begin, end)
+        start, wiped = resume_offset(tp, part, begin, end, refuse=True)
         if start >= end:
             if part.changelog_offset != end:
                 part.write({}, end)

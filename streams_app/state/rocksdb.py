@@ -98,6 +98,7 @@ from rocksdict import (
 )
 
 from streams_app.state.base import Store, StorePartition
+from streams_app.state.disk import disk_error
 from streams_app.state.errors import StateLockedError
 
 log = logging.getLogger(__name__)
@@ -317,7 +318,10 @@ class RocksDBStorePartition(StorePartition):
             try:
                 flushing.result()
             except Exception as exc:  # a flush is an optimisation: the WAL still has it all
-                log.warning("background flush of %s failed: %s", self.path, exc)
+                # A full or read-only disk fails the next write too, which names the state
+                # directory (state/disk.py); say it once, there.
+                level = logging.INFO if disk_error(exc, self.path) else logging.WARNING
+                log.log(level, "background flush of %s failed: %s", self.path, exc)
 
     def _remove_dir(self) -> None:
         """Remove the directory atomically: rename it aside first, so that a crash halfway

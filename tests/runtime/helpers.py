@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,29 @@ async def wait_until(predicate: Any, timeout: float = 60.0, interval: float = 0.
         if loop.time() > deadline:
             raise TimeoutError("condition not met in time")
         await asyncio.sleep(interval)
+
+
+def sums_of(sent: list[tuple[str, int]]) -> dict[str, int]:
+    """Each key's sum over ``sent`` (what ``tests.runtime.apps.keyed_sum``'s table holds)."""
+    sums: dict[str, int] = {}
+    for key, value in sent:
+        sums[key] = sums.get(key, 0) + value
+    return sums
+
+
+async def table_from_changelog(bootstrap: str, changelog: str) -> dict[Any, Any]:
+    """A table as its changelog holds it: JSON keys and values, the latest record per key
+    (read_committed), a tombstone deleting its key."""
+    from streams_app.readback import read_topics
+
+    out: dict[Any, Any] = {}
+    for record in (await read_topics(bootstrap, [changelog]))[changelog]:
+        key = json.loads(record.key or b"null")
+        if record.value is None:
+            out.pop(key, None)
+        else:
+            out[key] = json.loads(record.value)
+    return out
 
 
 async def produce_keyed(

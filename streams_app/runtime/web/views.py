@@ -1,11 +1,13 @@
 """What ``/health``, ``/ready`` and ``/assignment`` say about a worker: plain data, no HTTP.
 
-- **health** (Kubernetes liveness): the worker's event loop answers and the worker has not
-  stopped or failed. A worker that is restoring for ten minutes is alive.
-- **ready** (Kubernetes readiness): started, holding an assignment of the current generation
-  (not in the middle of a rebalance), every task restored and running, not stopping. As Kafka
-  Streams' ``State.RUNNING``: a worker in a rebalance or a restore is not ready, and its pod
-  leaves a Service's endpoints until it is.
+- **health** (Kubernetes liveness): the worker's event loop answers, the worker has not
+  stopped or failed, and it is not wedged (an agent busy or no commit while input waits, for
+  ``liveness_timeout``). A worker that is restoring for ten minutes, or waiting out a broker
+  outage, is alive.
+- **ready** (Kubernetes readiness): the worker can make progress: started, the cluster
+  reachable, its input topics there, holding an assignment of the current generation, every
+  task restored and running, no agent busy and no stall past the stall bound, not stopping.
+  The reasons and their order: :mod:`streams_app.runtime.health`.
 - **assignment**: this worker's tasks, their partitions with position / committed / end offsets
   and lag, their table partitions with the changelog offset the local store holds and how they
   were last restored, the standby tasks, and the group's map of which address owns which
@@ -20,8 +22,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from streams_app.runtime.health import liveness
+from streams_app.runtime.health import readiness as health_readiness
 from streams_app.runtime.lag import partition_lags
-from streams_app.runtime.task import RUNNING, Task
+from streams_app.runtime.task import Task
 from streams_app.state.restore import RestoreResult
 from streams_app.transport.base import TopicPartition
 
@@ -30,36 +34,18 @@ if TYPE_CHECKING:
 
 
 def health(worker: Worker) -> tuple[bool, dict[str, Any]]:
-    if worker.error is not None:
-        return False, {"status": "failed", "error": type(worker.error).__name__}
-    if worker.stopped.is_set():
-        return False, {"status": "stopped"}
-    return True, {"status": "ok", "app": worker.conf.id}
+    """Liveness (:func:`streams_app.runtime.health.liveness`): 503 once stopped, failed, or
+    wedged past ``liveness_timeout``."""
+    verdict = liveness(worker)
+    if verdict.ok:
+        return True, {"status": "ok", **verdict.details}
+    return False, {"status": verdict.reason, **verdict.details}
 
 
 def readiness(worker: Worker) -> tuple[bool, dict[str, Any]]:
-    """(ready, why): the checks in order, the first that fails is the reason."""
-    alive, about = health(worker)
-    if not alive:
-        return False, {"ready": False, "reason": about["status"], **about}
-    if not worker.started.is_set():
-        return False, {"ready": False, "reason": "starting"}
-    if worker.stop_requested:
-        return False, {"ready": False, "reason": "stopping"}
-    committer = worker._committer
-    tasks = worker._tasks
-    # An app that reads no topic joins no group (runtime/no_inputs.py): nothing to wait for.
-    grouped = worker.plan is None or bool(worker.plan.input_topics)
-    if committer is None or tasks is None or (committer.group is None and grouped):
-        return False, {"ready": False, "reason": "waiting for an assignment (rebalancing)"}
-    restoring = [str(t.id) for t in tasks.tasks.values() if t.state != RUNNING]
-    if restoring:
-        return False, {"ready": False, "reason": "restoring", "restoring_tasks": restoring}
-    return True, {
-        "ready": True,
-        "generation": committer.group.generation_id if committer.group else None,
-        "tasks": len(tasks.tasks),
-    }
+    """(ready, why): the first reason of :mod:`streams_app.runtime.health` that applies."""
+    verdict = health_readiness(worker)
+    return verdict.ok, verdict.body("ready")
 
 
 def _restored(result: RestoreResult | None) -> dict[str, Any] | None:
