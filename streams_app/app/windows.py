@@ -99,7 +99,9 @@ class WindowState(Protocol):
     view: WindowedTransaction
     #: The partition's observed stream time, this record's timestamp included.
     observed: int
-    #: Updates skipped because their window had closed (Kafka Streams counts them as dropped).
+    #: Window updates dropped because their window had closed, as Kafka Streams'
+    #: ``dropped-records-total`` counts them: one per window a record skipped, and one for a
+    #: sliding or session record late for every window (whose windows do not exist).
     skipped_windows: int
 
     def initial(self) -> Any:
@@ -133,9 +135,9 @@ class Windows(ABC):
     def update(self, state: WindowState, key: Any, timestamp: int, op: Op, value: Any) -> bool:
         """Apply ``op(aggregate, value)`` for a record of ``key`` at ``timestamp``.
 
-        Every window written is reported to ``state.track``; windows skipped because they had
-        closed are counted in ``state.skipped_windows``. Returns False when the record was late
-        for every window it belongs to (it changed nothing).
+        Every window written is reported to ``state.track``; updates dropped because their
+        window had closed are counted in ``state.skipped_windows``. Returns False when the
+        record was late for every window it belongs to (it changed nothing).
         """
 
     # -- reads ----------------------------------------------------------------------------
@@ -334,6 +336,7 @@ class SlidingWindows(Windows):
         t, d = timestamp, self.size_ms
         close = state.observed - self.grace_ms
         if t + d < close:
+            state.skipped_windows += 1  # Kafka Streams counts its newest window, once
             return False  # every window holding it has closed
 
         def put(window: WindowKey, stored: SlidingValue | None, base: SlidingValue) -> None:
@@ -487,6 +490,7 @@ class SessionWindows(Windows):
             aggregate = self.merge(aggregate, stored)
             start, end = min(start, window.start), max(end, window.end)
         if end < close:
+            state.skipped_windows += 1  # the session it would have made or extended
             return False
         merged = WindowKey(key, start, end)
         if (start, end) != (t, t):
