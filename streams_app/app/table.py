@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from streams_app.app import names
 from streams_app.app.context import Event, TaskScope, current_event, current_runtime, current_task
+from streams_app.app.options import FAUST_TABLE, refuse_unknown
 from streams_app.app.topic import Topic
 from streams_app.app.windowed import WindowedTableState, WindowWrapper
 from streams_app.app.windows import (
@@ -65,8 +66,24 @@ class Table(MutableMapping[Any, Any]):
         key_serializer: str | Codec | None = None,
         value_serializer: str | Codec | None = None,
         on_window_close: WindowCloseCallback | None = None,
+        schema: Any = None,
+        window: Any = None,
         **faust_options: Any,
     ) -> None:
+        refuse_unknown(
+            f"app.{type(self).__name__}({name!r})",
+            faust_options,
+            Table.__init__,
+            ignored=FAUST_TABLE,
+        )
+        if window is not None:
+            raise TopologyError(
+                f"table {name!r}: window=... is Faust's internal form; make a windowed table "
+                "with .tumbling(), .hopping(), .sliding() or .session() on it"
+            )
+        if schema is not None:  # Faust's faust.Schema: the types not given here
+            key_type = key_type if key_type is not None else schema.key_type
+            value_type = value_type if value_type is not None else schema.value_type
         self.app = app
         self.name = name
         self.default = default
