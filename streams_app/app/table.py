@@ -31,7 +31,7 @@ from streams_app.app.windows import (
     TimeWindows,
     Windows,
 )
-from streams_app.codecs import Codec, CodecSpec, JsonCodec, codec_for, json_dumps
+from streams_app.codecs import Codec, CodecSpec, JsonCodec, TypedCodec, codec_for, json_dumps
 from streams_app.errors import NullKeyError, TopologyError
 from streams_app.state.base import DELETED, PartitionTransaction
 from streams_app.state.windowed import SlidingValueCodec, WindowedTransaction, WindowKeyCodec
@@ -221,14 +221,27 @@ class Table(MutableMapping[Any, Any]):
 
     def _final_topic(self, emit_final: Topic | str) -> Topic:
         if isinstance(emit_final, str):
-            return self.app.topic(
-                emit_final, key_serializer="json", value_serializer=self.user_value_codec
-            )
-        if not isinstance(emit_final.key_codec, JsonCodec):
+            declared = self.app.topics.get(emit_final)
+            if declared is None:
+                return self.app.topic(
+                    emit_final, key_serializer="json", value_serializer=self.user_value_codec
+                )
+            emit_final = declared
+        # A topic declared without a key (or value) format, e.g. only for its retention
+        # (app.topic("views-final", retention=...)), takes the final results' own.
+        if emit_final.key_type is None and emit_final.key_serializer is None:
+            emit_final.key_serializer = "json"
+            emit_final.key_codec = codec_for(None, "json", "json", checked=True)
+        if emit_final.value_type is None and emit_final.value_serializer is None:
+            emit_final.value_serializer = emit_final.value_codec = self.user_value_codec
+        codec = emit_final.key_codec
+        serializer = codec.serializer if isinstance(codec, TypedCodec) else codec
+        if not isinstance(serializer, JsonCodec) or getattr(codec, "typ", None) not in (None, dict):
             raise TopologyError(
                 f"topic {emit_final.name!r} gets the final results of table {self.name!r}, "
                 "whose keys are JSON objects {key, start, end}: declare it with "
-                "key_serializer='json' (or pass its name and let the table declare it)"
+                "key_serializer='json' and no key_type, or without a key format at all (the "
+                "table gives it JSON keys), or pass its name and let the table declare it"
             )
         return emit_final
 

@@ -1,10 +1,12 @@
 """Declarations say what they take: a misspelt keyword argument is refused naming the closest
 valid one (Faust's own arguments still accepted), a topic declared again differently is
-refused, and Faust's ``schema`` gives types."""
+refused, Faust's ``schema`` gives types, and a windowed table's ``emit_final`` takes a topic
+declared for its retention only (docs/windows.md's example)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import faust
@@ -93,3 +95,23 @@ def test_fausts_schema_gives_the_types() -> None:
     assert table.key_type is str and table.value_type is int
     with pytest.raises(TopologyError, match="tumbling"):
         app.Table("windowed", default=int, window=object())  # Faust's internal form
+
+
+def test_emit_final_takes_a_topic_declared_only_for_its_retention() -> None:
+    app = App("declarations")
+    views = app.Table("views", default=int, key_type=str)
+    # docs/windows.md: a final-results topic that keeps a year of reprocessed results.
+    final = app.topic("views-final", retention=timedelta(days=400))
+    views.tumbling(60, emit_final=final)
+    assert views.emit_final_topic is final and final.config["retention.ms"] == str(400 * 86_400_000)
+    window = {"key": "home", "start": 0, "end": 60_000}
+    assert final.key_codec.loads(final.key_codec.dumps(window)) == window
+    assert final.value_codec.loads(final.value_codec.dumps(3)) == 3
+    # What the error advises works too, and so does a name declared before.
+    app.Table("a", default=int).tumbling(60, emit_final=app.topic("a-final", key_serializer="json"))
+    app.topic("b-final", partitions=1)
+    b = app.Table("b", default=int)
+    b.tumbling(60, emit_final="b-final")
+    assert b.emit_final_topic is app.topics["b-final"]
+    with pytest.raises(TopologyError, match="key_serializer='json' and no key_type"):
+        app.Table("c", default=int).tumbling(60, emit_final=app.topic("c-final", key_type=str))
