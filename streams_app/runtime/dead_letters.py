@@ -94,12 +94,10 @@ class DeadLetters:
 
     async def send(self, letter: DeadLetter) -> None:
         topic = self.topics[letter.topic]
-        log.warning(
-            "record %s goes to dead-letter topic %s (%s%s)",
-            letter.where(),
-            topic,
-            type(letter.error).__name__,
-            f" after {letter.attempts} attempts" if letter.attempts > 1 else "",
+        # Logged when it commits (committed()): a transaction that aborts takes the letter
+        # with it, and the record is dead-lettered again when it comes round.
+        log.debug(
+            "record %s sent to dead-letter topic %s (not committed yet)", letter.where(), topic
         )
         count = self._partition_counts.get(topic)
         partition = letter.partition if not count else letter.partition % count
@@ -152,6 +150,13 @@ class DeadLetters:
         upto = len(self._open) if self._sealed is None else self._sealed
         done, self._open, self._sealed = self._open[:upto], self._open[upto:], None
         self.committed_count += len(done)
-        if self._on_committed is not None:
-            for _, letter in done:
+        for _, letter in done:
+            log.warning(
+                "record %s went to dead-letter topic %s (%s%s)",
+                letter.where(),
+                self.topics[letter.topic],
+                type(letter.error).__name__,
+                f" after {letter.attempts} attempts" if letter.attempts > 1 else "",
+            )
+            if self._on_committed is not None:
                 self._on_committed(letter.topic)
