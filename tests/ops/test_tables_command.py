@@ -86,6 +86,20 @@ def test_tables_reads_windowed_tables_from_the_owner_or_one_partition(
         asyncio.run(produce(bootstrap_servers, f"wt-in-{unique}"))
         done = cli(env, "status", "--wait-committed", "--timeout", "120s")
         assert done.returncode == 0, done.stdout + done.stderr
+        # status --json: the same facts for scripts.
+        code, status, _ = cli_json(env, "status")
+        assert code == 0 and status["app_id"] == f"wt-{unique}"
+        assert (status["lag"], status["caught_up"], status["held"]) == (0, True, [])
+        (member,) = status["group"]["members"]
+        assert status["group"]["state"] == "Stable" and member["web"] == web
+        assert len(member["assignment"]) == 4
+        assert [
+            (t["task"], t["owner"], (t["committed"] or 0) == t["end"]) for t in status["tasks"]
+        ] == [(f"0_{p}", member["member_id"], True) for p in range(4)]
+        assert sum(t["end"] for t in status["tasks"]) == len(RECORDS)
+        assert [
+            t["transactional_id"].startswith(f"wt-{unique}-") for t in status["transactions"]
+        ] == [True]
 
         # The list: windowed tables show their own codecs and their window.
         code, listed, _ = cli_json(env, "tables")
