@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from aiokafka import AIOKafkaProducer
 
 from streams_app.readback import read_topics
 from streams_app.testing.workers import WorkerProcess
-from tests.ops.support import REPO
+from tests.ops.support import app_cli
 
 pytestmark = pytest.mark.kafka
 
@@ -32,15 +30,7 @@ RECORDS = [(f"k{i % 7}", i, T0 + 1_500 * i) for i in range(120)]  # three minute
 
 
 def cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "streams_app", "-A", APP, *argv],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, **env, "PYTHONPATH": str(REPO)},
-        timeout=180,
-        check=False,
-    )
+    return app_cli(APP, env, *argv)
 
 
 def cli_json(env: dict[str, str], *argv: str) -> tuple[int, Any, str]:
