@@ -27,7 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
 
 from streams_app.aio import within
-from streams_app.kafka.ops_admin import OpsAdmin
+from streams_app.kafka.ops_admin import OpsAdmin, OpsAdminError
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
@@ -248,6 +248,14 @@ async def read_table(
     return contents
 
 
+async def partition_count(admin: OpsAdmin, topic: str) -> int:
+    """The topic's partition count; 0 when it does not exist (yet)."""
+    try:
+        return len(await admin.partitions(topic))
+    except OpsAdminError:
+        return 0
+
+
 def key_partition(table: Table, key: Any, partitions: int) -> int:
     """The changelog partition holding ``key`` of ``table``: where Kafka's default partitioner
     (murmur2) sends records keyed like it, which is where the table was written (Kafka Streams'
@@ -274,20 +282,23 @@ async def read_table_key(
     *,
     timeout: float = 60.0,
     bootstrap: str | None = None,
+    admin: OpsAdmin | None = None,
 ) -> KeyRead:
     """One key's committed value (a windowed table: its committed windows), read from the one
     changelog partition that holds it, ``read_committed`` (as :func:`read_table`, which reads
-    them all). Not found when the changelog does not exist yet."""
+    them all). Not found when the changelog does not exist yet. ``admin``: one the caller
+    holds (else one is opened for the call)."""
     name = table if isinstance(table, str) else table.name
     found = app.tables.get(name)
     if found is None:
         raise KeyError(f"app {app.id!r} has no table {name!r} (it has {sorted(app.tables)})")
     changelog = found.changelog_topic_name
     bootstrap = bootstrap or app.conf.bootstrap_servers
-    async with OpsAdmin(bootstrap, **app.conf.security()) as admin:
-        count = (
-            len(await admin.partitions(changelog)) if changelog in await admin.list_topics() else 0
-        )
+    if admin is None:
+        async with OpsAdmin(bootstrap, **app.conf.security()) as own:
+            count = await partition_count(own, changelog)
+    else:
+        count = await partition_count(admin, changelog)
     if not count:
         return KeyRead(-1, 0, {} if found.window is not None else None, False)
     partition = key_partition(found, key, count)

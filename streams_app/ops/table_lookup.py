@@ -24,7 +24,7 @@ import aiohttp
 from streams_app.app.app import App
 from streams_app.app.table import Table
 from streams_app.kafka.ops_admin import GroupMember, OpsAdmin
-from streams_app.readback import app_input_topics, key_partition, read_table_key
+from streams_app.readback import app_input_topics, key_partition, partition_count, read_table_key
 from streams_app.state.windowed import WindowKey
 
 log = logging.getLogger(__name__)
@@ -82,14 +82,12 @@ async def from_workers(admin: OpsAdmin, app: App, table: Table, key: Any) -> Loo
     group = await admin.describe_group(app.conf.id)
     if not any(m.web for m in group.members):
         return None
-    existing = set(await admin.list_topics())
-    changelog = table.changelog_topic_name
-    count = len(await admin.partitions(changelog)) if changelog in existing else 0
+    count = await partition_count(admin, table.changelog_topic_name)
     owned: set[tuple[str, int]] = set()
     if count:
         partition = key_partition(table, key, count)
         for topic in app_input_topics(app):
-            if topic in existing and len(await admin.partitions(topic)) == count:
+            if await partition_count(admin, topic) == count:
                 owned.add((topic, partition))
     path = f"/tables/{quote(table.name, safe='')}/{quote(text, safe='')}"
     for web in _candidates(group.members, owned):
@@ -119,7 +117,7 @@ async def lookup_key(
     found = await from_workers(admin, app, table, key)
     if found is not None:
         return found
-    read = await read_table_key(app, table, key, timeout=timeout, bootstrap=bootstrap)
+    read = await read_table_key(app, table, key, timeout=timeout, bootstrap=bootstrap, admin=admin)
     value = read.value
     if table.window is not None:
         value = [
