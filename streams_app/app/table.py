@@ -36,6 +36,7 @@ from streams_app.app.context import (
     current_runtime,
     current_task,
 )
+from streams_app.app.options import FAUST_TABLE, refuse_unknown
 from streams_app.app.topic import Topic
 from streams_app.app.windowed import WindowedTableState, WindowWrapper
 from streams_app.app.windows import (
@@ -45,7 +46,7 @@ from streams_app.app.windows import (
     TimeWindows,
     Windows,
 )
-from streams_app.codecs import Codec, CodecSpec, JsonCodec, codec_for, json_dumps
+from streams_app.codecs import Codec, CodecSpec, JsonCodec, TypedCodec, codec_for, json_dumps
 from streams_app.errors import NullKeyError, TopologyError
 from streams_app.state.base import DELETED, PartitionTransaction
 from streams_app.state.windowed import SlidingValueCodec, WindowedTransaction, WindowKeyCodec
@@ -80,8 +81,24 @@ class Table(MutableMapping[Any, Any]):
         key_serializer: str | Codec | None = None,
         value_serializer: str | Codec | None = None,
         on_window_close: WindowCloseCallback | None = None,
+        schema: Any = None,
+        window: Any = None,
         **faust_options: Any,
     ) -> None:
+        refuse_unknown(
+            f"app.{type(self).__name__}({name!r})",
+            faust_options,
+            Table.__init__,
+            ignored=FAUST_TABLE,
+        )
+        if window is not None:
+            raise TopologyError(
+                f"table {name!r}: window=... is Faust's internal form; make a windowed table "
+                "with .tumbling(), .hopping(), .sliding() or .session() on it"
+            )
+        if schema is not None:  # Faust's faust.Schema: the types not given here
+            key_type = key_type if key_type is not None else schema.key_type
+            value_type = value_type if value_type is not None else schema.value_type
         self.app = app
         self.name = name
         self.default = default
@@ -219,14 +236,27 @@ class Table(MutableMapping[Any, Any]):
 
     def _final_topic(self, emit_final: Topic | str) -> Topic:
         if isinstance(emit_final, str):
-            return self.app.topic(
-                emit_final, key_serializer="json", value_serializer=self.user_value_codec
-            )
-        if not isinstance(emit_final.key_codec, JsonCodec):
+            declared = self.app.topics.get(emit_final)
+            if declared is None:
+                return self.app.topic(
+                    emit_final, key_serializer="json", value_serializer=self.user_value_codec
+                )
+            emit_final = declared
+        # A topic declared without a key (or value) format, e.g. only for its retention
+        # (app.topic("views-final", retention=...)), takes the final results' own.
+        if emit_final.key_type is None and emit_final.key_serializer is None:
+            emit_final.key_serializer = "json"
+            emit_final.key_codec = codec_for(None, "json", "json", checked=True)
+        if emit_final.value_type is None and emit_final.value_serializer is None:
+            emit_final.value_serializer = emit_final.value_codec = self.user_value_codec
+        codec = emit_final.key_codec
+        serializer = codec.serializer if isinstance(codec, TypedCodec) else codec
+        if not isinstance(serializer, JsonCodec) or getattr(codec, "typ", None) not in (None, dict):
             raise TopologyError(
                 f"topic {emit_final.name!r} gets the final results of table {self.name!r}, "
                 "whose keys are JSON objects {key, start, end}: declare it with "
-                "key_serializer='json' (or pass its name and let the table declare it)"
+                "key_serializer='json' and no key_type, or without a key format at all (the "
+                "table gives it JSON keys), or pass its name and let the table declare it"
             )
         return emit_final
 

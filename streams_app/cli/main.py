@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import sys
@@ -32,11 +33,28 @@ if TYPE_CHECKING:
     from streams_app.app.app import App
 
 
+#: What ``-l`` takes (Faust's names too, ``warn`` and ``crit``; any case).
+LOG_LEVELS = ("debug", "info", "warning", "warn", "error", "critical", "crit")
+
+
+def log_level(text: str) -> str:
+    """``-l``: a level name, refused otherwise (``-l bogus`` used to be taken as warning)."""
+    if text.lower() in LOG_LEVELS:
+        return {"warn": "warning", "crit": "critical"}.get(text.lower(), text.lower())
+    close = difflib.get_close_matches(text.lower(), LOG_LEVELS, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise argparse.ArgumentTypeError(
+        f"invalid log level {text!r}: {hint}use one of {', '.join(LOG_LEVELS)}"
+    )
+
+
 def common_options() -> argparse.ArgumentParser:
     """-A and -l are accepted before or after the subcommand (``worker -l info`` as in Faust)."""
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument("-A", "--app", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    parent.add_argument("-l", "--loglevel", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    parent.add_argument(
+        "-l", "--loglevel", type=log_level, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
     return parent
 
 
@@ -52,7 +70,13 @@ def build_parser(app: App | None = None, prog: str = "streams-app") -> argparse.
         help="the topology module, e.g. topologies.orders (worker, send, status, tables, agents, "
         "reset; txn: only the app's transactions)",
     )
-    parser.add_argument("-l", "--loglevel", default="warning", help="log level (default warning)")
+    parser.add_argument(
+        "-l",
+        "--loglevel",
+        type=log_level,
+        default="warning",
+        help=f"log level: {', '.join(LOG_LEVELS)} (default warning)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     parents = [common_options()]
     worker.add_parser(sub, parents)

@@ -23,6 +23,10 @@ Before anything is sent:
   corrupts a table or shows up as a failure that never happened;
 - the topic must exist: the broker is asked once, and a missing topic is named at once (a
   producer would wait a minute for its metadata, logging all along).
+
+``--raw`` sends the key and value bytes exactly as given (the argument's UTF-8 bytes, stdin's
+or the file's bytes), unchecked: a record a worker will dead-letter, to test one's own
+dead-letter handling without writing a producer. The topic checks above still apply.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from streams_app.app.app import App
 from streams_app.app.topic import Topic
@@ -69,16 +73,53 @@ def add_parser(
         action="store_true",
         help="send even to a dead-letter, changelog, repartition or internal (__) topic",
     )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="send the key and value bytes as given, unchecked (e.g. a record a worker will "
+        "dead-letter)",
+    )
     parser.set_defaults(func=run, late_positional="value")
 
 
 def run(args: argparse.Namespace) -> int:
     target = getattr(args, "streams_app_target", None)
     app = target if target is not None else load_app(args.app)
+    if getattr(args, "raw", False):
+        record = RawRecord(
+            None if args.key is None else args.key.encode(), read_bytes(args.value, args.file)
+        )
+        return asyncio.run(
+            send(app, args.topic, "", partition=args.partition, force=args.force, raw_record=record)
+        )
     text = read_value(args.value, args.file)
     return asyncio.run(
         send(app, args.topic, text, key=args.key, partition=args.partition, force=args.force)
     )
+
+
+class RawRecord(NamedTuple):
+    """``send --raw``: the key and value bytes, sent as they are."""
+
+    key: bytes | None
+    value: bytes
+
+
+def read_bytes(value: str | None, file: Path | None) -> bytes:
+    """``--raw``: the value's bytes from exactly one of: the argument (UTF-8), stdin (``-``),
+    ``--file``, as they are."""
+    if file is not None and value is not None:
+        raise StreamsAppError("give the value either as an argument or with --file, not both")
+    if file is not None:
+        try:
+            return file.read_bytes()
+        except OSError as exc:
+            raise StreamsAppError(f"cannot read --file {str(file)!r}: {exc}") from exc
+    if value is None:
+        raise StreamsAppError("no value: pass it, '-' to read stdin, or --file PATH")
+    if value == "-":
+        return sys.stdin.buffer.read()
+    return value.encode()
 
 
 def read_value(value: str | None, file: Path | None) -> str:
@@ -195,6 +236,7 @@ async def send(
     key: str | None = None,
     partition: int | None = None,
     force: bool = False,
+    raw_record: RawRecord | None = None,
 ) -> int:
     topic_name = resolve(app, topic_name)
     reason = framework_topic(app, topic_name)
@@ -203,7 +245,7 @@ async def send(
             f"refusing to send to {topic_name!r}: it is {reason}. Pass --force if you mean it"
         )
     topic = app.topics.get(topic_name) or app.topic(topic_name)
-    raw_key, raw_value = encode(topic, text, key)
+    raw_key, raw_value = raw_record if raw_record is not None else encode(topic, text, key)
     transport = app.transport()
     admin = transport.admin()
     await admin.start()  # BrokerUnavailable names the address

@@ -91,8 +91,8 @@ class DeadLetters:
         #: Source topic -> its dead-letter topic.
         self.topics = topics
         self._partition_counts = partition_counts
-        #: (send future, letter, sent truncated?) of the open transaction.
-        self._open: list[tuple[SendFuture, DeadLetter, bool]] = []
+        #: (send future, letter, how it was truncated: "" when whole) of the open transaction.
+        self._open: list[tuple[SendFuture, DeadLetter, str]] = []
         #: How many of ``_open`` the commit in flight carries (None: no commit in flight);
         #: letters sent meanwhile belong to the next transaction (runtime/commit.py).
         self._sealed: int | None = None
@@ -121,18 +121,10 @@ class DeadLetters:
             self.producer.max_request_size,
             step,
         )
-        log.warning(
-            "record %s goes to dead-letter topic %s (%s%s)%s",
-            letter.where(),
-            topic,
-            type(letter.error).__name__,
-            f" after {letter.attempts} attempts" if letter.attempts > 1 else "",
-            (
-                f", truncated ({copy.truncated} cut; the value was {copy.original_size} bytes) "
-                "to fit what the broker accepts"
-                if copy.truncated
-                else ""
-            ),
+        # Logged when it commits (committed()): a transaction that aborts takes the letter
+        # with it, and the record is dead-lettered again when it comes round.
+        log.debug(
+            "record %s sent to dead-letter topic %s (not committed yet)", letter.where(), topic
         )
         count = self._partition_counts.get(topic)
         partition = letter.partition if not count else letter.partition % count
@@ -148,7 +140,13 @@ class DeadLetters:
             self._step[letter.position] = step + 1  # refused by the client: smaller, now
             await self.send(letter)
             return
-        self._open.append((future, letter, bool(copy.truncated)))
+        truncated = (
+            f", truncated ({copy.truncated} cut; the value was {copy.original_size} bytes) "
+            "to fit what the broker accepts"
+            if copy.truncated
+            else ""
+        )
+        self._open.append((future, letter, truncated))
 
     def raise_if_refused(self) -> bool:
         """After a failed commit (and its abort): did the broker refuse a dead letter? Then its
@@ -186,7 +184,15 @@ class DeadLetters:
         done, self._open, self._sealed = self._open[:upto], self._open[upto:], None
         self.committed_count += len(done)
         for _, letter, truncated in done:
-            self.truncated_count += truncated
+            self.truncated_count += bool(truncated)
             self._step.pop(letter.position, None)
+            log.warning(
+                "record %s went to dead-letter topic %s (%s%s)%s",
+                letter.where(),
+                self.topics[letter.topic],
+                type(letter.error).__name__,
+                f" after {letter.attempts} attempts" if letter.attempts > 1 else "",
+                truncated,
+            )
             if self._on_committed is not None:
                 self._on_committed(letter.topic)

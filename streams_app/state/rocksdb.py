@@ -404,6 +404,10 @@ class RocksDBStorePartition(StorePartition):
         if now >= self._behind_due or options._behind_bytes > options.write_behind_max_bytes:
             self._write_behind()
 
+    def checkpoint(self) -> None:
+        """What waits in memory goes to RocksDB now, with its offset (one atomic batch)."""
+        self._write_behind()
+
     def _write_behind(self) -> None:
         """Write what waits in memory, in one batch with the offset it reaches."""
         if self._behind_offset is None:

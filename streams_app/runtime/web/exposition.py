@@ -193,8 +193,7 @@ class WorkerCollector:
         )
         # Windowed tables (runtime.punctuator counts them as stream time moves).
         punctuator = worker.punctuator
-        late = {name: 0 for name, t in worker.app.tables.items() if t.window is not None}
-        late.update(punctuator.late_by_table)
+        windowed = {name: 0 for name, t in worker.app.tables.items() if t.window is not None}
         yield _per(
             CounterMetricFamily(
                 PREFIX + "late_records",
@@ -203,7 +202,19 @@ class WorkerCollector:
                 labels=["app", "table"],
             ),
             app,
-            late,
+            {**windowed, **punctuator.late_by_table},
+        )
+        yield _per(
+            CounterMetricFamily(
+                PREFIX + "dropped_window_updates",
+                "Window updates a windowed table dropped because that window had closed, per "
+                "table (Kafka Streams' dropped-records-total): one per window a record skipped, "
+                "late for some of its windows or all of them; once for a late sliding or "
+                "session record.",
+                labels=["app", "table"],
+            ),
+            app,
+            {**windowed, **punctuator.dropped_by_table},
         )
         yield _counter(
             "windows_emitted",
