@@ -56,7 +56,14 @@ def describe(app: App, trace_notes: dict[str, str | None] | None = None) -> Topo
         channels=tuple(sorted(c.name for c in _channels(app))),
         sinks=tuple(SinkDecl(s.name, s.topic.name) for _, s in sorted(app.sinks.items())),
         pages=tuple(sorted(p.path for p in app.pages)),
+        services=tuple(sorted(_service_name(s) for s in app.services)),
     )
+
+
+def _service_name(service: Any) -> str:
+    """A service (a class or an instance) by its class's name."""
+    cls = service if isinstance(service, type) else type(service)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def codec_name(codec: Any) -> str:

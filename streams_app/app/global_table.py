@@ -59,7 +59,7 @@ class GlobalTable(Table):
     def __delitem__(self, key: Any) -> None:
         if self._lookup(key) is MISSING:
             raise KeyError(key)
-        self._transaction().delete(key)
+        self._writable().delete(key)
 
     def _items(self) -> Iterator[tuple[Any, Any]]:
         merged = dict(self.local_items())

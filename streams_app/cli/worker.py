@@ -7,6 +7,8 @@ import asyncio
 import logging
 import os
 import signal
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,24 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_run(app, overrides))
 
 
+#: Seconds beyond two ``shutdown_timeout`` after which a stop that has not ended (an agent
+#: blocking the event loop itself) ends the process anyway.
+HARD_STOP_GRACE_S = 10.0
+#: The exit status of that forced exit (sysexits' EX_SOFTWARE).
+HARD_STOP_STATUS = 70
+
+
+def _hard_stop(seconds: float) -> None:
+    """Runs on a thread: the event loop may be the thing that is stuck."""
+    sys.stderr.write(
+        f"streams-app: the worker did not stop within {seconds:g}s of the signal (an agent "
+        "blocking the event loop?); exiting now: its open transaction was not committed, and "
+        "read_committed readers never see it\n"
+    )
+    sys.stderr.flush()
+    os._exit(HARD_STOP_STATUS)
+
+
 async def _run(app: object, overrides: dict[str, Any]) -> int:
     from streams_app.app.app import App
 
@@ -74,6 +94,11 @@ async def _run(app: object, overrides: dict[str, Any]) -> int:
     worker = app.worker(**overrides)
     loop = asyncio.get_running_loop()
     interrupts = 0
+    # The worker stops within two shutdown_timeout (runtime/stopping.py); this bounds even an
+    # agent that blocks the event loop, so a second signal is never needed.
+    bound = 2 * worker.conf.shutdown_timeout + HARD_STOP_GRACE_S
+    hard_stop = threading.Timer(bound, _hard_stop, (bound,))
+    hard_stop.daemon = True
 
     def stop(signame: str) -> None:
         nonlocal interrupts
@@ -82,11 +107,15 @@ async def _run(app: object, overrides: dict[str, Any]) -> int:
             log.warning("second %s: exiting without a final commit", signame)
             raise SystemExit(130)
         log.info("%s: finishing the batch, committing, closing", signame)
+        hard_stop.start()
         worker.request_stop()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop, sig.name)
-    await worker.run()
+    try:
+        await worker.run()
+    finally:
+        hard_stop.cancel()
     log.info(
         "worker stopped: %d records processed, %d transactions committed",
         worker.records_processed,

@@ -2,7 +2,8 @@
 
 A command joins no consumer group and owns no partition. What it sends goes through a plain
 idempotent producer (acks=all), flushed before the command exits; ``agent.ask`` works through
-a reply topic of its own. Tables and channels need a worker and say so.
+a reply topic of its own. It holds no table partition: a table read finds nothing (the
+table's default, as a Faust command that started no worker); channels need a worker.
 """
 
 from __future__ import annotations
@@ -105,6 +106,9 @@ class ClientRuntime:
 
     def table_items(self, table: TableLike) -> Iterator[tuple[Any, Any]]:
         return iter(())
+
+    def table_lookup(self, table: TableLike, key: Any) -> Any:
+        return MISSING  # a command holds no partition: reads see the table's default
 
     def global_lookup(self, table: TableLike, key: Any) -> Any:
         return MISSING

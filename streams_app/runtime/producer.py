@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -46,6 +47,7 @@ from typing import Any
 from streams_app.aio import cancel_and_wait
 from streams_app.runtime.clock import Cancellable, Clock, SystemClock
 from streams_app.runtime.metrics import ProducerStats
+from streams_app.runtime.reconnect import Reconnect
 from streams_app.runtime.send_futures import HeldSend, OpenBatch, RecordFuture
 from streams_app.topology.contract import SendFuture
 from streams_app.transport.base import (
@@ -59,8 +61,10 @@ from streams_app.transport.base import (
     Transport,
 )
 from streams_app.transport.errors import (
+    ProducerFencedError,
     RecordRejectedError,
     SendFailedError,
+    TransactionTimedOutError,
     TransportError,
     is_record_rejected,
 )
@@ -73,11 +77,19 @@ _NO_HEADERS: list[tuple[str, bytes]] = []
 
 class StreamsProducer:
     def __init__(
-        self, transport: Transport, config: ProducerConfig, clock: Clock | None = None
+        self,
+        transport: Transport,
+        config: ProducerConfig,
+        clock: Clock | None = None,
+        reconnect: Reconnect | None = None,
     ) -> None:
         self._transport = transport
         self._config = config
         self._clock: Clock = clock or SystemClock()
+        #: Restarts after a failure wait out an outage instead of failing (runtime/reconnect.py).
+        self._reconnect = reconnect
+        #: ``time.monotonic()`` when the open transaction began (None: none open).
+        self._began: float | None = None
         self._client: ProducerClient | None = None
         self._eos = config.transactional_id is not None
         self._in_transaction = False
@@ -114,6 +126,11 @@ class StreamsProducer:
     @property
     def transactional_id(self) -> str | None:
         return self._config.transactional_id
+
+    @property
+    def max_request_size(self) -> int:
+        """The largest record (with its batch) the producer sends (``max_request_size``)."""
+        return self._config.max_request_size
 
     @property
     def in_transaction(self) -> bool:
@@ -157,15 +174,20 @@ class StreamsProducer:
         self._batcher = self._direct = None
         self._clear_pending()
         self._in_transaction = False
+        self._began = None
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.stop()
 
     async def recreate(self) -> None:
-        """Throw the producer away and start a new one (fencing the old epoch)."""
+        """Throw the producer away and start a new one (fencing the old epoch). During an
+        outage the new one waits for the cluster (with ``reconnect``) rather than fail."""
         await self.stop()
         self.recreated += 1
-        await self.start()
+        if self._reconnect is None:
+            await self.start()
+        else:
+            await self._reconnect.start("the producer", self.start)
 
     def hold(self) -> None:
         """From now until :meth:`release`, sends are kept back from the transaction in flight."""
@@ -223,6 +245,7 @@ class StreamsProducer:
             if not self._in_transaction:
                 await self.client.begin_transaction()
                 self._in_transaction = True
+                self._began = time.monotonic()
 
     def send_nowait(
         self,
@@ -506,14 +529,35 @@ class StreamsProducer:
             if not offsets:
                 return
             await self.maybe_begin()
-        await self.flush_and_check()
-        if offsets:
-            if group is None:
-                raise TransportError("exactly-once commit without consumer group metadata")
-            await self.client.send_offsets_to_transaction(offsets, group, metadata)
-        await self.client.commit_transaction()
+        try:
+            await self.flush_and_check()
+            if offsets:
+                if group is None:
+                    raise TransportError("exactly-once commit without consumer group metadata")
+                await self.client.send_offsets_to_transaction(offsets, group, metadata)
+            await self.client.commit_transaction()
+        except ProducerFencedError as exc:
+            timed_out = self._timed_out(exc)
+            if timed_out is None:
+                raise
+            raise timed_out from exc
         self._in_transaction = False
+        self._began = None
         self.transactions_committed += 1
+
+    def _timed_out(self, fenced: ProducerFencedError) -> TransactionTimedOutError | None:
+        """The transaction timeout, when it explains a fencing: the transaction had been open
+        longer than ``transaction_timeout`` (the coordinator started its clock after we began
+        it, so it cannot have been open longer there). Else None: a newer producer took the id.
+        """
+        began, timeout = self._began, self._config.transaction_timeout_ms / 1000
+        if began is None or time.monotonic() - began < timeout:
+            return None
+        return TransactionTimedOutError(
+            f"transaction timed out: open for {time.monotonic() - began:.1f}s, longer than "
+            f"transaction_timeout ({timeout:g}s), so the coordinator aborted it (a commit or "
+            "an agent's await took that long: see processing_timeout, or the broker was away)"
+        )
 
     async def abort(self) -> None:
         """Abort the open transaction; if the producer cannot, replace it (which aborts too)."""
@@ -522,6 +566,7 @@ class StreamsProducer:
         self._clear_pending()
         if not self.exactly_once or not self._in_transaction:
             return
+        self._began = None
         try:
             await self.client.abort_transaction()
             self._in_transaction = False

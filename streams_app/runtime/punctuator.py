@@ -104,9 +104,10 @@ class Punctuator:
         self.late_records = 0
         #: Windowed table -> records late for every window they belong to (dropped).
         self.late_by_table: Counter[str] = Counter()
-        #: Windowed table -> updates skipped because that window had closed (a record late
-        #: for some of its windows only; Kafka Streams counts these as dropped records too).
-        self.skipped_by_table: Counter[str] = Counter()
+        #: Windowed table -> window updates dropped because that window had closed: Kafka
+        #: Streams' dropped-records-total (per window a record skipped, whether it was late for
+        #: some of its windows or all of them; once for a late sliding or session record).
+        self.dropped_by_table: Counter[str] = Counter()
         self.late_dead_lettered = 0
         self.windows_emitted = 0
         self.windows_expired = 0
@@ -141,14 +142,12 @@ class Punctuator:
 
     async def _late(self, task: Task) -> None:
         late, task.late = task.late, []
-        for event, late_for in late:
+        for event, late_for, observed in late:
             table: Table = late_for  # type: ignore[assignment]  # the app's windowed tables
             self.late_records += 1
             self.late_by_table[table.name] += 1
             if table.late_records != "dlq":
                 continue
-            state = task.windowed_states.get(table.name)
-            observed = state.observed if state is not None else -1
             error = LateRecord(
                 f"late for windowed table {table.name!r}: timestamp {event.timestamp} ms, its "
                 f"windows closed (observed stream time {observed} ms, grace "
@@ -163,7 +162,7 @@ class Punctuator:
         for state in states:
             table = state.table
             if state.skipped_windows:
-                self.skipped_by_table[table.name] += state.skipped_windows
+                self.dropped_by_table[table.name] += state.skipped_windows
                 state.skipped_windows = 0
             topic: Topic | None = table.emit_final_topic
             callback = table.on_window_close

@@ -107,8 +107,9 @@ class Task:
         self.committed_table_times: dict[str, int] = {}
         #: Windowed table -> its windows in this task (rebuilt after every abort).
         self.windowed_states: dict[str, WindowedState] = {}
-        #: Records late for a windowed table since the last batch ended: (event, table).
-        self.late: list[tuple[Event, TableLike]] = []
+        #: Records late for a windowed table since the last batch ended: (event, table, the
+        #: table's observed stream time when it was judged late).
+        self.late: list[tuple[Event, TableLike, int]] = []
         #: Stream-time timer -> the stream time at which it fires next (ms).
         self.timer_due: dict[str, int] = {}
         self.stages: Mapping[str, int] = stages or {}
@@ -138,7 +139,8 @@ class Task:
     def record_late(self, event: Event, table: TableLike) -> None:
         late = self.late
         if not late or late[-1][0] is not event or late[-1][1] is not table:
-            late.append((event, table))
+            state = self.windowed_states.get(table.name)
+            late.append((event, table, state.observed if state is not None else UNKNOWN))
 
     # -- stream time ----------------------------------------------------------------------
 

@@ -21,8 +21,11 @@ if TYPE_CHECKING:
     from streams_app.runtime.metrics import WorkerMetrics
     from streams_app.runtime.producer import StreamsProducer
     from streams_app.runtime.punctuator import Punctuator
+    from streams_app.runtime.reconnect import Reconnect
     from streams_app.runtime.replicas import Replicas
     from streams_app.runtime.task_manager import TaskManager
+    from streams_app.runtime.topic_watch import TopicWatch
+    from streams_app.runtime.watchdog import Watchdog
     from streams_app.state.base import Store
     from streams_app.state.budget import StateMemory
     from streams_app.state.directory import StateDirectory
@@ -120,4 +123,25 @@ class WorkerView(Protocol):
     @property
     def timer_due(self) -> Mapping[str, float]:
         """Timer name -> when it is next due (the clock's monotonic seconds)."""
+        ...
+
+    # What /ready, /health and /metrics read of the worker's safeguards (runtime/health.py).
+
+    @property
+    def watchdog(self) -> Watchdog:
+        """The processing timeout: which agents are busy and for how long, timeouts so far."""
+        ...
+
+    @property
+    def reconnect(self) -> Reconnect:
+        """Whether the producer is being started again through an outage, and since when."""
+        ...
+
+    @property
+    def topic_watch(self) -> TopicWatch | None:
+        """Which input topics are missing, and since when (None until started)."""
+        ...
+
+    def agents_idle(self) -> bool:
+        """Every agent waits for input (none has a record in hand)."""
         ...

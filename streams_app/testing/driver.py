@@ -43,6 +43,7 @@ from streams_app.aio import cancel_and_wait
 from streams_app.runtime.task import RUNNING
 from streams_app.runtime.view import WorkerView
 from streams_app.runtime.worker import Worker
+from streams_app.settings import AT_MOST_ONCE
 from streams_app.testing.backends import Backend, KafkaBackend, MemoryBackend, Piped, RawInput
 from streams_app.testing.clock import ManualClock
 from streams_app.testing.faults import CrashPoint, HarnessTransport, Switch, kill_or_stop
@@ -151,6 +152,15 @@ class WorkerHandle:
         return self.worker
 
 
+def _at_or_after(when: float) -> float:
+    """The first time the manual clock (whole microseconds) can show that is not before
+    ``when``: ``when`` itself when it is a whole number of microseconds."""
+    micros = round(when * 1_000_000)
+    if micros / 1_000_000 < when:
+        micros += 1
+    return micros / 1_000_000
+
+
 def _uncommitted(worker: WorkerView) -> bool:
     parts = worker.parts
     if parts is None:
@@ -225,13 +235,23 @@ class TopologyDriver:
     async def __aenter__(self) -> TopologyDriver:
         try:
             await self.start()
-        except BaseException:
-            await self.close()
+        except BaseException as exc:
+            await self._close_after(exc)
             raise
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
+        if exc is None:
+            await self.close()
+        else:
+            await self._close_after(exc)
+
+    async def _close_after(self, exc: BaseException) -> None:
+        """Close while ``exc`` propagates: a failure to stop is added to it, not raised over it."""
+        try:
+            await self.close()
+        except HarnessError as failure:
+            exc.add_note(f"and closing the driver failed: {failure}")
 
     async def start(self) -> None:
         """Start the initial workers and run until they are assigned, restored and idle."""
@@ -242,7 +262,10 @@ class TopologyDriver:
         await self.run_until_idle()
 
     async def close(self) -> None:
-        """Stop every running worker gracefully (final commit), then release everything."""
+        """Stop every running worker gracefully (final commit), then release everything.
+        Raises :class:`HarnessError` (:class:`WorkerFailed`) once everything is released if a
+        worker failed while stopping or did not stop."""
+        failure: HarnessError | None = None
         try:
             for handle in self.workers:
                 if handle.frozen:
@@ -256,8 +279,10 @@ class TopologyDriver:
                 running = [h.name for h in stopping if h.running]
                 return f"{running} stopping" if running else None
 
-            with contextlib.suppress(HarnessError):
+            try:
                 await self._drive(stopped, commit=False)
+            except HarnessError as exc:
+                failure = exc
         finally:
             try:
                 # A worker's agents run user code, which may swallow a cancel: re-cancelled.
@@ -269,6 +294,8 @@ class TopologyDriver:
                     await self.backend.close()
                 if self._own_state_dir:
                     shutil.rmtree(self.state_root, ignore_errors=True)
+        if failure is not None:
+            raise failure
 
     # -- workers ---------------------------------------------------------------------------
 
@@ -504,7 +531,7 @@ class TopologyDriver:
             # Step to each timer's due time, so a timer fires as often as it would in memory.
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.real_timeout
-            while loop.time() < deadline:
+            while True:
                 dues = [
                     due
                     for h in self.live_workers
@@ -513,9 +540,17 @@ class TopologyDriver:
                 ]
                 if (sleeper := clock.next_deadline()) is not None:
                     dues.append(sleeper)
-                due = min((d for d in dues if d <= target), default=None)
+                # The clock counts whole microseconds: a due time it cannot hold (a crontab's,
+                # from the wall clock) is stepped to the next one, not rounded to just before
+                # it, where the timer would not be due and be stepped to until real_timeout.
+                due = min((t for d in dues if (t := _at_or_after(d)) <= target), default=None)
                 if due is None:
                     break
+                if loop.time() > deadline:
+                    raise HarnessError(
+                        f"advance_time: still stepping to timers due by {target:.6f}s (now at "
+                        f"{due:.6f}s) after {self.real_timeout:g}s of real time\n{self.describe()}"
+                    )
                 clock.advance_to(max(due, clock.monotonic()))
                 await self._turns(2)
             clock.advance_to(target)
@@ -773,8 +808,13 @@ class TopologyDriver:
     async def _idle_reason(self, commit: bool) -> str | None:
         """None when idle; else what is still going on."""
         active = [h for h in self.workers if h.active]
-        reason = await self._idle_reason_now(active, commit)
-        if reason is None and not commit:
+        # At-most-once commits a batch's offsets before processing it: committed offsets say
+        # nothing about what was processed, so look at the workers' loops as without commit.
+        processing = not commit or any(
+            h.require_worker().conf.processing_guarantee == AT_MOST_ONCE for h in active
+        )
+        reason = await self._idle_reason_now(active, commit, processing)
+        if reason is None and processing:
             # The checks above awaited the broker: make sure no worker fetched meanwhile.
             for handle in active:
                 consumer = handle.transport.main_consumer if handle.transport else None
@@ -786,7 +826,9 @@ class TopologyDriver:
                     return f"{handle.name} has records not acknowledged yet"
         return reason
 
-    async def _idle_reason_now(self, active: list[WorkerHandle], commit: bool) -> str | None:
+    async def _idle_reason_now(
+        self, active: list[WorkerHandle], commit: bool, processing: bool
+    ) -> str | None:
         for handle in active:
             worker = handle.require_worker()
             parts = worker.parts
@@ -801,7 +843,7 @@ class TopologyDriver:
             if commit and _uncommitted(worker):
                 return f"{handle.name} has uncommitted work"
             consumer = handle.transport.main_consumer if handle.transport else None
-            if not commit:
+            if processing:
                 # Back in getmany means done with everything fetched before.
                 if consumer is None or not consumer.polling:
                     return f"{handle.name} is processing"

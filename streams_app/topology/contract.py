@@ -129,6 +129,11 @@ class TableLike(Protocol):
 
     def open_windowed(self, tx: PartitionTransaction, observed: int) -> WindowedState: ...
 
+    def partition_key_bytes(self, key: Any) -> bytes:
+        """The bytes Kafka's partitioner hashes for records carrying ``key`` (where the
+        table's row for ``key`` lives)."""
+        ...
+
 
 class TaskScope(Protocol):
     """The task a record belongs to, as tables see it: its open transaction per table."""
@@ -216,6 +221,10 @@ class Runtime(Protocol):
 
     def table_items(self, table: TableLike) -> Iterator[tuple[Any, Any]]:
         """Committed items of every partition of ``table`` this worker holds."""
+
+    def table_lookup(self, table: TableLike, key: Any) -> Any:
+        """``key``'s committed value in the partitions of ``table`` this worker holds (or
+        ``MISSING``): a read outside of any record (pages, tasks, timers)."""
 
     def global_lookup(self, table: TableLike, key: Any) -> Any:
         """A global table's committed value for ``key`` from any partition (or ``MISSING``)."""

@@ -143,6 +143,8 @@ class TopologyDescription:
     sinks: tuple[SinkDecl, ...] = ()
     #: Paths of the app's web pages.
     pages: tuple[str, ...] = ()
+    #: The app's services (``app.service``), by class name.
+    services: tuple[str, ...] = ()
     _topics: dict[str, TopicDecl] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -169,6 +171,12 @@ class TopologyDescription:
     def wants_leader(self) -> bool:
         """Whether something runs on the leader only (an ``on_leader`` timer or task)."""
         return any(t.on_leader for t in self.timers) or any(t.on_leader for t in self.tasks)
+
+    @property
+    def runs_anything(self) -> bool:
+        """Whether a worker of this app has something to run: an agent, a timer, a task, a
+        service or a page (Faust runs an app of timers and tasks alone)."""
+        return bool(self.agents or self.timers or self.tasks or self.services or self.pages)
 
     def readers(self, topic: str) -> Iterator[AgentDecl]:
         """The agents whose stream reads ``topic`` in the end."""

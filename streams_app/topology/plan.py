@@ -111,15 +111,14 @@ def input_topics(description: TopologyDescription, conf: Settings) -> list[str]:
     """What the worker subscribes to: the description's sources, then the leader topic."""
     inputs = description.source_topics
     leader = leader_topic(description, conf)
-    if not inputs and leader is None and not description.timers and not description.tasks:
-        raise TopologyError(f"app {description.app_id!r} has no agents: nothing to consume")
+    if not inputs and leader is None and not description.runs_anything:
+        raise TopologyError(
+            f"app {description.app_id!r} has nothing to run: no agent, timer, task, service or page"
+        )
     if leader is not None:
         inputs.append(leader)
-    if not inputs:
-        raise TopologyError(
-            f"app {description.app_id!r} has no agent reading a topic: a worker needs one to "
-            "join its consumer group (timers alone have nothing to commit)"
-        )
+    # No inputs (timers, tasks, services and channels only): a worker that joins no consumer
+    # group (runtime/no_inputs.py).
     return inputs
 
 
@@ -202,6 +201,12 @@ def plan_topology(
                 partitions = data_counts[0]
             elif conf.topic_partitions in data_counts or table.is_global:
                 partitions = conf.topic_partitions  # Faust's default for a table
+            elif not data_counts:
+                raise TopologyError(
+                    f"table {table.name!r} is updated by no agent: the app reads no topic, and "
+                    "a table is written while processing the records of a topic (its "
+                    "partitions are that topic's). Add the agent that updates it"
+                )
             else:
                 raise TopologyError(
                     f"table {table.name!r} does not say its partition count and the input "

@@ -196,4 +196,6 @@ def _others(d: TopologyDescription) -> list[str]:
         lines.extend(f"  {sink.name}: {sink.topic} -> PostgreSQL" for sink in d.sinks)
     if d.pages:
         lines.append(f"Web pages: {', '.join(d.pages)}")
+    if d.services:
+        lines.append(f"Services: {', '.join(d.services)}")
     return lines

@@ -60,6 +60,12 @@ class FatalProducerError(TransportError):
     """The producer hit an error it cannot recover from; it must be recreated, never reused."""
 
 
+class TransactionTimedOutError(FatalProducerError):
+    """The coordinator aborted our transaction because it outlived ``transaction_timeout``
+    (the broker answers as it does to a fenced producer, but no other producer took our id):
+    abort, recreate the producer and process again. Not a zombie: the tasks are still ours."""
+
+
 class RecordRejectedError(SendFailedError, RecordError):
     """The client or the broker refused a record for good (see :data:`RECORD_REJECTED_CODES`)."""
 

@@ -195,9 +195,22 @@ def test_an_on_leader_timer_adds_the_one_partition_leader_topic_as_an_input() ->
     assert leader not in plan.dead_letter_topics
 
 
-def test_an_app_without_agents_is_refused() -> None:
-    with pytest.raises(TopologyError, match="has no agents: nothing to consume"):
+def test_an_app_with_nothing_to_run_is_refused() -> None:
+    with pytest.raises(TopologyError, match="has nothing to run: no agent, timer, task"):
         plan_topology(_app().describe(), {}, _app().conf)
+
+
+def test_an_app_of_timers_alone_plans_no_inputs() -> None:
+    """Faust runs apps of timers, tasks and channels alone: the worker joins no group."""
+    app = _app()
+
+    @app.timer(1.0)
+    async def tick() -> None:
+        pass
+
+    plan = plan_topology(app.describe(), {}, app.conf)
+    assert plan.input_topics == []
+    assert plan.groups == {}
 
 
 def test_the_description_is_immutable_plain_data_and_the_same_each_time() -> None:

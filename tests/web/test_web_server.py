@@ -230,6 +230,19 @@ async def test_ready_flips_after_restore_and_metrics_count_the_records(
                 "0_0": "counts",
                 "0_1": "counts",
             }
+            # How each table partition came up here: an empty store restored from offset 0
+            # to the end of its changelog (records and markers) as it stood.
+            for task in body["tasks"]:
+                (table,) = [t for t in task["tables"] if t["table"] == "counts"]
+                restored = table["restored"]
+                assert restored["records"] > 0, restored
+                assert {**restored, "records": 1} == {
+                    "stored_offset": None,
+                    "from_offset": 0,
+                    "to_offset": restored_ends[table["partition"]],
+                    "records": 1,
+                    "wiped": False,
+                }
 
             status, text = await get(session, f"{url}/metrics")
             assert status == 200

@@ -25,6 +25,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import CollectorRegistry
 
+from streams_app.runtime.health import busy_agents, seconds_since_commit
 from streams_app.runtime.lag import partition_lags
 from streams_app.runtime.metrics import Histogram
 from streams_app.runtime.task import RESTORING, RUNNING
@@ -93,7 +94,7 @@ class WorkerCollector:
         ready, _ = readiness(worker)
         yield _gauge(
             "ready",
-            "1 when every task is restored and running (what /ready answers 200 for).",
+            "1 when the worker can make progress (what /ready answers 200 for).",
             app,
             1 if ready else 0,
         )
@@ -193,8 +194,7 @@ class WorkerCollector:
         )
         # Windowed tables (runtime.punctuator counts them as stream time moves).
         punctuator = worker.punctuator
-        late = {name: 0 for name, t in worker.app.tables.items() if t.window is not None}
-        late.update(punctuator.late_by_table)
+        windowed = {name: 0 for name, t in worker.app.tables.items() if t.window is not None}
         yield _per(
             CounterMetricFamily(
                 PREFIX + "late_records",
@@ -203,7 +203,19 @@ class WorkerCollector:
                 labels=["app", "table"],
             ),
             app,
-            late,
+            {**windowed, **punctuator.late_by_table},
+        )
+        yield _per(
+            CounterMetricFamily(
+                PREFIX + "dropped_window_updates",
+                "Window updates a windowed table dropped because that window had closed, per "
+                "table (Kafka Streams' dropped-records-total): one per window a record skipped, "
+                "late for some of its windows or all of them; once for a late sliding or "
+                "session record.",
+                labels=["app", "table"],
+            ),
+            app,
+            {**windowed, **punctuator.dropped_by_table},
         )
         yield _counter(
             "windows_emitted",
@@ -220,6 +232,34 @@ class WorkerCollector:
         yield from self._state_memory(app)
         yield from self._tasks(app)
         yield from self._restore(app)
+        yield from self._stalls(app)
+
+    def _stalls(self, app: str) -> Iterator[Metric]:
+        """Liveness (runtime/health.py): how long since each task's progress was committed, and
+        the agents holding the worker up."""
+        worker = self.worker
+        since = GaugeMetricFamily(
+            PREFIX + "seconds_since_commit",
+            "Per running task: seconds since a commit last carried its progress, while it has "
+            "records waiting (0: caught up and committed).",
+            labels=["app", "task"],
+        )
+        for task, seconds in sorted(seconds_since_commit(worker).items()):
+            since.add_metric([app, task], seconds)
+        yield since
+        yield _gauge(
+            "stuck_agents",
+            "Agents busy on what they were handed for longer than the stall bound "
+            "(stall_intervals commit intervals); processing_timeout fails their record.",
+            app,
+            len(busy_agents(worker, worker.conf.stall_seconds)),
+        )
+        yield _counter(
+            "processing_timeouts",
+            "Records that failed because their agent took longer than processing_timeout.",
+            app,
+            worker.watchdog.timeouts,
+        )
 
     def _state_memory(self, app: str) -> Iterator[Metric]:
         """The state budgets of docs/memory.md: the read cache and the uncommitted writes."""

@@ -9,8 +9,9 @@ dict or list (JSON), a str (text), bytes, or None (204).
 
 A view tagged with Faust's ``table_route`` (``page.route``, kind ``"table"``) is answered by
 the worker that owns the key's table partition: another worker's request is redirected there,
-as ``/tables`` does. The view runs with the worker as ``current_runtime``, so
-``table.local_items()`` and ``topic.send`` (outside a transaction's event) work inside it.
+as ``/tables`` does. The view runs with the worker as ``current_runtime``, so ``table[key]``
+(the committed state, runtime/local_reads.py), ``table.local_items()`` and ``topic.send``
+(outside any transaction) work inside it.
 """
 
 from __future__ import annotations

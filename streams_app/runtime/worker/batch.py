@@ -5,7 +5,8 @@ each partition's run of records, the task that owns it; co-partitioned inputs in
 (``runtime/partition_group.py``, paused and resumed as their buffers fill and drain); a record
 that failed before, tried again in a transaction of its own (what came before it is committed
 first); waiting until every agent and timer has finished what it was handed (*settled*, and
-their failures raised, one per record); what runs as stream time moves
+their failures raised, one per record; agents still busy past ``processing_timeout`` fail on
+the record they hold, ``runtime/watchdog.py``); what runs as stream time moves
 (``runtime/punctuator.py``); and the offsets stepped over transaction markers.
 
 It also counts: ``records_processed`` (and the share processed while a commit was in flight),
@@ -28,6 +29,7 @@ from streams_app.runtime.punctuator import CallbackFailed, Punctuator
 from streams_app.runtime.task import RUNNING, Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.timers import TimerScheduler
+from streams_app.runtime.watchdog import Watchdog
 from streams_app.runtime.worker.collector import RecordCollector
 from streams_app.runtime.worker.failures import AgentFailed
 from streams_app.runtime.worker.flow import FlowControl
@@ -59,6 +61,7 @@ class BatchProcessor:
         collector: RecordCollector,
         metrics: WorkerMetrics,
         pacer: FetchPacer,
+        watchdog: Watchdog,
     ) -> None:
         self.conf = conf
         self.clock = clock
@@ -74,6 +77,8 @@ class BatchProcessor:
         self.collector = collector
         self.metrics = metrics
         self.pacer = pacer
+        #: Waits for the agents with the processing timeout (runtime/watchdog.py).
+        self.watchdog = watchdog
         self.records_processed = 0
         #: Of those, the ones processed while a commit was in flight (process_during_commit).
         self.processed_during_commit = 0
@@ -137,9 +142,11 @@ class BatchProcessor:
 
     async def settle(self) -> None:
         """Wait until every agent and timer waits for input, is parked, or holds values; raise
-        the agents' failures (one per record)."""
-        await self.runner.wait_settled()
+        the agents' failures (one per record). Agents still busy past the processing timeout
+        fail on the record they hold (runtime/watchdog.py)."""
         failures: dict[tuple[str, int, int] | None, Failure] = {}
+        for failure in await self.watchdog.settle(self.runner):
+            failures.setdefault(failure.position, failure)
         for actor in self.runner.failed():
             error = actor.error
             assert error is not None

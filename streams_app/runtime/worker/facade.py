@@ -4,16 +4,17 @@ The concern it owns: what agents, timers, topics, tables, channels and pages cal
 worker runs (``current_runtime`` holds this object for the worker's whole run). Sends are the
 record collector's own bound methods (``collector.py``), handed out as this object's, so an
 agent's ``topic.send`` reaches the producer through no extra call; the rest (RPC ``ask``,
-channels, table reads outside a record, topic declaration, the worker's state) is here.
+channels, table reads outside a record (``runtime/local_reads.py``), topic declaration, the
+worker's state) is here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from streams_app.errors import TopologyError
-from streams_app.runtime import rpc
+from streams_app.runtime import local_reads, rpc
 from streams_app.runtime.scope import current_parkable, in_processing
 from streams_app.runtime.worker.collector import RecordCollector
 from streams_app.runtime.worker.failures import AgentFailed
@@ -146,23 +147,28 @@ class WorkerRuntime:
             actor.input.feed(event)
 
     def table_items(self, table: TableLike) -> Iterator[tuple[Any, Any]]:
-        """Committed items of every partition of ``table`` this worker holds."""
+        """Committed items of every partition of ``table`` this worker holds
+        (runtime/local_reads.py)."""
         parts = self.worker.parts
         store = self.worker.stores.get(table.name)
         if store is None or parts is None:
-            return
-        if table.is_global:
-            partitions: Iterable[int] = range(parts.plan.table_partitions[table.name])
-        else:
-            tasks = parts.tasks
-            partitions = [
-                task.id.partition
-                for task in list(tasks.tasks.values())
-                if table.name in tasks.plan.tables_by_group.get(task.id.group, ())
-            ]
-        for partition in partitions:
-            for raw_key, raw_value in store.partition(partition).items():
-                yield table.key_codec.loads(raw_key), table.value_codec.loads(raw_value)
+            return iter(())
+        held = local_reads.held_partitions(table, parts.plan, parts.tasks)
+        return local_reads.items(table, store, held)
+
+    def table_lookup(self, table: TableLike, key: Any) -> Any:
+        """``key``'s committed value in the partitions of ``table`` this worker holds, its own
+        partition first (runtime/local_reads.py): a read outside of any record."""
+        worker = self.worker
+        parts = worker.parts
+        store = worker.stores.get(table.name)
+        if store is None or parts is None:
+            return MISSING
+        held = local_reads.held_partitions(table, parts.plan, parts.tasks)
+        count = parts.plan.table_partitions[table.name]
+        return local_reads.lookup(
+            table, store, held, key, worker.transport.partition_for_key, count
+        )
 
     def global_lookup(self, table: TableLike, key: Any) -> Any:
         parts = self.worker.parts

@@ -199,10 +199,10 @@ class FailureHandler:
         """A send or the commit failed (PRODUCER_BROKEN, any other transaction failure)."""
         log.warning("transaction failed (%s: %s): aborting and retrying", type(exc).__name__, exc)
         await self.undo(recreate_producer=True)
-        # A dead letter refused for good stops the worker naming its record; an output
-        # refused for good stops it too: committing again would fail the same way.
-        self.dead_letters.raise_if_refused()
-        if is_record_rejected(exc):
+        # A dead letter refused goes again smaller (runtime/dead_letter_size.py); an output
+        # refused for good stops the worker: committing again would fail the same way.
+        smaller = self.dead_letters.raise_if_refused()
+        if is_record_rejected(exc) and not smaller:
             raise WorkerStopped(
                 f"{exc}: the transaction cannot commit, and every retry would fail the same "
                 "way. Stopping; nothing of it was committed. Fix: raise the topic's "

@@ -11,7 +11,9 @@ starts them in order, and stops them in order. The concerns are modules of their
 - ``collector.py``: every record sent, on its way to the right producer;
 - ``facade.py``: the worker as topology code sees it (``contract.Runtime``);
 - ``rebalance.py``: the consumer's rebalance callbacks;
-- ``started.py``: what start makes, held together.
+- ``started.py``: what start makes, held together;
+- ``safeguards.py``: what keeps the run dependable (a bounded stop, the processing timeout,
+  outages, missing topics, disk errors).
 
 The loop is deliberately plain: fetch a batch, hand each record to the agents that consume its
 topic, wait until they have processed all of it, and commit when due. Everything that changes
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
@@ -39,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 
 from streams_app.runtime import guarantees
 from streams_app.runtime.actor import AgentRunner
-from streams_app.runtime.assignor import StreamsAssignor
 from streams_app.runtime.broker_limits import check_broker_limits, check_topic_limits
 from streams_app.runtime.clock import Clock, SystemClock
 from streams_app.runtime.dead_letters import DeadLetters
@@ -51,24 +51,34 @@ from streams_app.runtime.measured_commit import MeasuredCommitter
 from streams_app.runtime.metrics import WorkerMetrics
 from streams_app.runtime.pacing import FetchPacer
 from streams_app.runtime.partition_group import PartitionGroup
-from streams_app.runtime.placement import PlacementConfig
 from streams_app.runtime.plain_producer import PlainProducer
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.progress import CatchUpMonitor, RestoreProgress, interactive_stream
 from streams_app.runtime.provision import provision
 from streams_app.runtime.punctuator import Punctuator
+from streams_app.runtime.reconnect import Reconnect
 from streams_app.runtime.replicas import Replicas
 from streams_app.runtime.rpc import RpcClient
 from streams_app.runtime.services import Services
 from streams_app.runtime.state_memory import log_state_memory
+from streams_app.runtime.stopping import close_local
 from streams_app.runtime.task import Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.timers import TimerScheduler
+from streams_app.runtime.topic_watch import TopicWatch
+from streams_app.runtime.watchdog import Watchdog
 from streams_app.runtime.web import WebServer
 from streams_app.runtime.worker.collector import OutsideClients, RecordCollector
 from streams_app.runtime.worker.facade import WorkerRuntime
 from streams_app.runtime.worker.rebalance import RebalanceListener
-from streams_app.runtime.worker.started import Started, owns_changelog_partition, wire
+from streams_app.runtime.worker.safeguards import Safeguards
+from streams_app.runtime.worker.started import (
+    Started,
+    group_assignor,
+    input_consumer,
+    owns_changelog_partition,
+    wire,
+)
 from streams_app.state.base import Store
 from streams_app.state.budget import StateMemory
 from streams_app.state.directory import StateDirectory
@@ -121,6 +131,9 @@ class Worker:
         self.started = asyncio.Event()
         self.stopped = asyncio.Event()
         self._stop_requested = asyncio.Event()
+        self.safeguards = Safeguards(conf, self._stop_requested)
+        self.watchdog: Watchdog = self.safeguards.watchdog
+        self.reconnect: Reconnect = self.safeguards.reconnect
         #: The processing lock: a batch, a commit, a revocation, a restore and an abort never
         #: interleave.
         self.lock = asyncio.Lock()
@@ -242,6 +255,14 @@ class Worker:
     def state_path(self) -> Path | None:
         return self.directory.path if self.directory else None
 
+    @property
+    def topic_watch(self) -> TopicWatch | None:
+        return self.safeguards.topic_watch
+
+    def agents_idle(self) -> bool:
+        """Every agent waits for input (none has a record in hand, parked or not)."""
+        return self.runner.all_idle()
+
     def table_items(self, table: TableLike) -> Iterator[tuple[Any, Any]]:
         """Committed items of every partition of ``table`` this worker holds."""
         return self.runtime.table_items(table)
@@ -249,29 +270,35 @@ class Worker:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Start, process until :meth:`request_stop`, then stop cleanly."""
+        """Start, process until :meth:`request_stop`, then stop cleanly (``safeguards.py``)."""
         token = current_runtime.set(self.runtime)
         try:
             with young_generation(self.conf.gc_young_threshold):
-                try:
-                    await self.start()
-                    await self.require_parts().loop.run()
-                except BaseException as exc:
-                    self.error = exc
-                    raise
-                finally:
-                    await self._shutdown()
+                await self.safeguards.run(
+                    self.start,
+                    lambda: self.require_parts().loop.run(),
+                    self._shutdown,
+                    lambda: close_local(self.stores.values(), self.directory, self.web),
+                    self._failed,
+                )
         finally:
             current_runtime.reset(token)
             self.stopped.set()
+
+    def _failed(self, error: BaseException) -> None:
+        self.error = error
 
     @property
     def stop_requested(self) -> bool:
         return self._stop_requested.is_set()
 
     def request_stop(self) -> None:
-        """Graceful stop: finish the current batch, commit, close (SIGTERM does this)."""
+        """Graceful stop: finish the batch, commit, close (SIGTERM does this), in bounded time."""
         self._stop_requested.set()
+
+    def fail(self, error: BaseException) -> None:
+        """Stop, then raise ``error`` from :meth:`run` (a condition found outside the loop)."""
+        self.safeguards.fail(error)
 
     def request_commit(self) -> None:
         """Commit at the next quiescent point, whether or not ``commit_interval`` is up.
@@ -302,9 +329,12 @@ class Worker:
         await self.services.start_services()
         self._subscribe()
         self._catch_up = asyncio.ensure_future(self._catch_up_monitor().run())
+        # Input topics and changelogs deleted while running (runtime/topic_watch.py).
+        self.safeguards.watch_topics(self._parts.admin, self._parts.plan)
         self.started.set()
         self.services.start_tasks(leader=False)
-        log.info("worker %s started; inputs %s", conf.id, ", ".join(self._parts.plan.input_topics))
+        inputs = ", ".join(self._parts.plan.input_topics) or "none (no consumer group)"
+        log.info("worker %s started; inputs %s", conf.id, inputs)
 
     async def _start_parts(self, opened: contextlib.AsyncExitStack) -> Started:
         conf = self.conf
@@ -363,28 +393,7 @@ class Worker:
             self.metrics, conf.progress_interval, stream=interactive_stream(log)
         )
         tasks.local_offsets()  # opens local state now, not inside a group join
-        # The group's own assignor (runtime/assignor.py) runs whatever table_standby_replicas
-        # is: with 0 it places no standbys, but its sticky, lag-aware placement (warm-ups
-        # included) and the fencing of departed members' transactional ids serve every
-        # failover: a new owner does not wait out a dead worker's transaction timeout. Range
-        # is offered second, for a group that still has members of an older version.
-        assignor = StreamsAssignor(
-            plan,
-            process_id=directory.process_id,
-            transactional_id=(
-                guarantees.transactional_id(conf, directory.process_id)
-                if conf.exactly_once
-                else None
-            ),
-            local_offsets=tasks.local_offsets,
-            end_offsets=admin.end_offsets,
-            placement=PlacementConfig(
-                standby_replicas=conf.table_standby_replicas,
-                acceptable_recovery_lag=conf.acceptable_recovery_lag,
-                max_warmup_replicas=conf.max_warmup_replicas,
-            ),
-            probing_interval=conf.probing_rebalance_interval,
-        )
+        assignor = group_assignor(conf, plan, directory, tasks, admin.end_offsets)
         replicas = Replicas(conf, self.transport, admin, tasks, assignor)
         opened.push_async_callback(_quietly, replicas.stop)
         if self.stores:
@@ -394,6 +403,7 @@ class Worker:
             self.transport,
             guarantees.producer_config(conf, directory.process_id),
             clock=self.clock,
+            reconnect=self.safeguards.reconnect,  # outages: recreating it waits for the cluster
         )
         await producer.start()  # exactly-once: fences our previous incarnation
         opened.push_async_callback(_quietly, producer.stop)
@@ -418,11 +428,7 @@ class Worker:
             )
             opened.push_async_callback(_quietly, global_tables.stop)
             await global_tables.start(self.transport, admin, conf.id, conf.restore_timeout)
-        consumer = self.transport.consumer(
-            dataclasses.replace(
-                guarantees.consumer_config(conf), assignor=assignor, application_server=self.web_url
-            )
-        )
+        consumer = input_consumer(self.transport, conf, plan, assignor, self.web_url)
         await consumer.start()
         opened.push_async_callback(_quietly, consumer.stop)
         committer = MeasuredCommitter(

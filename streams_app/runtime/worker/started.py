@@ -11,13 +11,18 @@ collaborators is ``None`` where it is used.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from streams_app.runtime import guarantees
+from streams_app.runtime.assignor import EndOffsets, StreamsAssignor
 from streams_app.runtime.dead_letters import DeadLetters
 from streams_app.runtime.global_tables import GlobalTables
 from streams_app.runtime.measured_commit import MeasuredCommitter
+from streams_app.runtime.no_inputs import NoInputs
+from streams_app.runtime.placement import PlacementConfig
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.replicas import Replicas
 from streams_app.runtime.task import RUNNING, Task
@@ -27,6 +32,7 @@ from streams_app.runtime.worker.failures import FailureHandler
 from streams_app.runtime.worker.flow import FlowControl
 from streams_app.runtime.worker.loop import Loop
 from streams_app.runtime.worker.records import RecordDispatcher
+from streams_app.settings import Settings
 from streams_app.state.directory import StateDirectory
 from streams_app.topology.description import TopologyDescription
 from streams_app.topology.plan import TopologyPlan
@@ -34,6 +40,7 @@ from streams_app.transport.base import AdminClient, ConsumerClient, TopicPartiti
 
 if TYPE_CHECKING:
     from streams_app.runtime.worker.root import Worker
+    from streams_app.transport.base import Transport
 
 
 @dataclass
@@ -84,6 +91,52 @@ def owns_changelog_partition(plan: TopologyPlan, tasks: TaskManager, tp: TopicPa
     return False
 
 
+def group_assignor(
+    conf: Settings,
+    plan: TopologyPlan,
+    directory: StateDirectory,
+    tasks: TaskManager,
+    end_offsets: EndOffsets,
+) -> StreamsAssignor:
+    """The group's own assignor (runtime/assignor.py). It runs whatever
+    table_standby_replicas is: with 0 it places no standbys, but its sticky, lag-aware
+    placement (warm-ups included) and the fencing of departed members' transactional ids serve
+    every failover: a new owner does not wait out a dead worker's transaction timeout. Range is
+    offered second, for a group that still has members of an older version."""
+    return StreamsAssignor(
+        plan,
+        process_id=directory.process_id,
+        transactional_id=(
+            guarantees.transactional_id(conf, directory.process_id) if conf.exactly_once else None
+        ),
+        local_offsets=tasks.local_offsets,
+        end_offsets=end_offsets,
+        placement=PlacementConfig(
+            standby_replicas=conf.table_standby_replicas,
+            acceptable_recovery_lag=conf.acceptable_recovery_lag,
+            max_warmup_replicas=conf.max_warmup_replicas,
+        ),
+        probing_interval=conf.probing_rebalance_interval,
+    )
+
+
+def input_consumer(
+    transport: Transport,
+    conf: Settings,
+    plan: TopologyPlan,
+    assignor: StreamsAssignor,
+    application_server: str | None,
+) -> ConsumerClient:
+    """The group consumer of the input topics; an app of timers, tasks and channels alone reads
+    no topic and joins no consumer group (runtime/no_inputs.py)."""
+    if not plan.input_topics:
+        return NoInputs()
+    config = guarantees.consumer_config(conf)
+    return transport.consumer(
+        dataclasses.replace(config, assignor=assignor, application_server=application_server)
+    )
+
+
 def wire(
     worker: Worker,
     *,
@@ -125,6 +178,7 @@ def wire(
         worker.collector,
         worker.metrics,
         worker.pacer,
+        worker.watchdog,
     )
     failures = FailureHandler(
         conf,
