@@ -61,6 +61,7 @@ from streams_app.transport.base import (
     Transport,
 )
 from streams_app.transport.errors import (
+    CommitOutcomeUnknownError,
     ProducerFencedError,
     RecordRejectedError,
     SendFailedError,
@@ -535,7 +536,7 @@ class StreamsProducer:
                 if group is None:
                     raise TransportError("exactly-once commit without consumer group metadata")
                 await self.client.send_offsets_to_transaction(offsets, group, metadata)
-            await self.client.commit_transaction()
+            await self._end_transaction()
         except ProducerFencedError as exc:
             timed_out = self._timed_out(exc)
             if timed_out is None:
@@ -544,6 +545,18 @@ class StreamsProducer:
         self._in_transaction = False
         self._began = None
         self.transactions_committed += 1
+
+    async def _end_transaction(self) -> None:
+        """EndTxn(commit). Once it is sent, a failure other than a fencing leaves the outcome
+        unknown (:class:`CommitOutcomeUnknownError`): never a plain abort and rewind."""
+        try:
+            await self.client.commit_transaction()
+        except ProducerFencedError:
+            raise
+        except Exception as exc:
+            raise CommitOutcomeUnknownError(
+                f"the commit's outcome is unknown ({type(exc).__name__}: {exc})"
+            ) from exc
 
     def _timed_out(self, fenced: ProducerFencedError) -> TransactionTimedOutError | None:
         """The transaction timeout, when it explains a fencing: the transaction had been open
