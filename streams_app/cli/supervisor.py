@@ -38,6 +38,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -371,9 +372,8 @@ def child_command_line(
     argv: Sequence[str], *, module_cli: bool, spec: ChildSpec, port: int | None
 ) -> list[str]:
     """The command line that runs child ``spec`` of ``streams-app ... worker --processes N``:
-    the supervisor's own arguments without ``--processes`` and ``-W``, then the child's state directory,
-    web port and index (given last, so they win over the same options given before)."""
-    import sys
+    the supervisor's own arguments without ``--processes`` and ``-W``, then the child's state
+    directory, web port and index (given last, so they win over the same options before)."""
 
     args: list[str] = []
     skip = False
