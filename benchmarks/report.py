@@ -61,24 +61,11 @@ def render_legacy(result: dict[str, Any]) -> str:
     runs = result["runs"]
     summary = result["summary"]
     settings = result["settings"]
-    versions = result.get("versions", {})
-    loads = [r[k] for r in runs if "error" not in r for k in ("load_before", "load_after")]
     out = [
         f"{settings['records']:,} input records, {settings['value_bytes']}-byte values, "
         f"{settings['keys']:,} keys, {settings['partitions']} partitions, one broker; "
         f"{settings.get('repeat', '?')} interleaved rounds (the order rotates between rounds); "
-        f"machine: {result['machine']['cpus']} CPUs, Python {result['machine']['python']}; "
-        + ", ".join(f"{k} {v}" for k, v in versions.items())
-        + (
-            f". 1-minute load average during the runs: {min(loads):.1f}-{max(loads):.1f}"
-            if loads
-            else ""
-        )
-        + (
-            f"; {result['wall_seconds'] / 60:.0f} minutes in all."
-            if "wall_seconds" in result
-            else "."
-        ),
+        + _machine_and_load(result),
         "",
         "| system | guarantee | records/s (median) | range | CPU µs/record ¹ | runs correct |",
         "|---|---|---:|---:|---:|---:|",
@@ -143,33 +130,14 @@ def render_modes(result: dict[str, Any]) -> str:
     runs = result["runs"]
     summary = summarise(runs)  # recomputed: the same tables from the same runs, always
     settings = result["settings"]
-    versions = result.get("versions", {})
     modes = settings.get("modes", {})
-    loads = [r[k] for r in runs if "error" not in r for k in ("load_before", "load_after")]
     lo, hi = settings.get("steady_window", [0.1, 0.9])
-    around = result.get("load_average") or {}
     out = [
         f"{settings['records']:,} input records ({settings['value_bytes']}-byte JSON values, "
         f"parsed by every system), {settings['keys']:,} keys, {settings['partitions']} "
         f"partitions, one broker; {settings.get('repeat', '?')} interleaved rounds (the order of "
-        f"the systems rotates between rounds, the mode that goes first alternates); machine: "
-        f"{result['machine']['cpus']} CPUs, Python {result['machine']['python']}; "
-        + ", ".join(f"{k} {v}" for k, v in versions.items())
-        + (
-            f". 1-minute load average during the runs: {min(loads):.1f}-{max(loads):.1f}"
-            if loads
-            else ""
-        )
-        + (
-            f" (1/5/15-minute: {_loads(around['start'])} before, {_loads(around['end'])} after)"
-            if around
-            else ""
-        )
-        + (
-            f"; {result['wall_seconds'] / 60:.0f} minutes in all."
-            if "wall_seconds" in result
-            else "."
-        ),
+        f"the systems rotates between rounds, the mode that goes first alternates); "
+        + _machine_and_load(result),
         "",
         f"Steady state: the records committed between {lo:.0%} and {hi:.0%} of the input, over "
         "the time that took (committed offsets sampled every "
@@ -224,6 +192,33 @@ def render_modes(result: dict[str, Any]) -> str:
         out += [f"- {w}" for w in wrong]
     out += _latency(result.get("latency") or {})
     return "\n".join(out) + "\n"
+
+
+def _machine_and_load(result: dict[str, Any]) -> str:
+    """The machine, the versions, the load during the runs (and around the whole benchmark,
+    when recorded) and the wall time: the end of a report's first line."""
+    runs = result["runs"]
+    loads = [r[k] for r in runs if "error" not in r for k in ("load_before", "load_after")]
+    around = result.get("load_average") or {}
+    return (
+        f"machine: {result['machine']['cpus']} CPUs, Python {result['machine']['python']}; "
+        + ", ".join(f"{k} {v}" for k, v in result.get("versions", {}).items())
+        + (
+            f". 1-minute load average during the runs: {min(loads):.1f}-{max(loads):.1f}"
+            if loads
+            else ""
+        )
+        + (
+            f" (1/5/15-minute: {_loads(around['start'])} before, {_loads(around['end'])} after)"
+            if around
+            else ""
+        )
+        + (
+            f"; {result['wall_seconds'] / 60:.0f} minutes in all."
+            if "wall_seconds" in result
+            else "."
+        )
+    )
 
 
 def _loads(values: list[float]) -> str:

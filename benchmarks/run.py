@@ -468,21 +468,25 @@ async def _stop_spy(spy: Any, path: Path) -> None:
         path.with_suffix(".txt").write_text(summarise_collapsed(collapsed))
 
 
+@dataclass(frozen=True)
+class Bench:
+    """What every run of one benchmark shares: its options, broker, input and directory."""
+
+    args: argparse.Namespace
+    bootstrap: str
+    broker_pid: int | None
+    watcher: OffsetWatcher
+    expected: InputSummary
+    workdir: Path
+
+
 async def run_once(
-    system: System,
-    mode: Mode,
-    index: int,
-    args: argparse.Namespace,
-    bootstrap: str,
-    broker_pid: int | None,
-    watcher: OffsetWatcher,
-    expected: InputSummary,
-    workdir: Path,
-    *,
-    limit: float | None = None,
+    system: System, mode: Mode, index: int, bench: Bench, *, limit: float | None = None
 ) -> dict[str, Any]:
     """One run of ``system`` in ``mode`` (``limit``: stop that many seconds after the first
     record, a warm-up)."""
+    args, bootstrap, broker_pid = bench.args, bench.bootstrap, bench.broker_pid
+    watcher, expected, workdir = bench.watcher, bench.expected, bench.workdir
     records = expected.records
     name = system.key.replace("@", ".")
     group = f"bench-{name}-{mode.key}-{index}-{uuid.uuid4().hex[:6]}"
@@ -629,13 +633,8 @@ async def run_once(
     worker_cpu, broker_cpu = delta(0), delta(1)
     cpu_total = None if worker_cpu is None else round(worker_cpu + (broker_cpu or 0.0), 2)
     return {
-        "system": system.label,
-        "guarantee": system.guarantee,
-        "key": system.key,
-        "mode": mode.key,
-        "parallelism": mode.parallelism,
+        **_which(system, mode, index),
         "processes": processes,
-        "repeat": index,
         "records": done_records,
         "finished": finished,
         "seconds": round(seconds, 3),
@@ -894,31 +893,26 @@ def _rounds(systems: list[System], index: int, once: list[str]) -> list[System]:
 # -- main -----------------------------------------------------------------------------------
 
 
-async def _timed_run(
-    system: System,
-    mode: Mode,
-    index: int,
-    args: argparse.Namespace,
-    bootstrap: str,
-    broker_pid: int | None,
-    watcher: OffsetWatcher,
-    expected: InputSummary,
-    workdir: Path,
-) -> dict[str, Any]:
+def _which(system: System, mode: Mode, index: int) -> dict[str, Any]:
+    """What a run's result says it was a run of."""
+    return {
+        "system": system.label,
+        "guarantee": system.guarantee,
+        "key": system.key,
+        "mode": mode.key,
+        "parallelism": mode.parallelism,
+        "repeat": index,
+    }
+
+
+async def _timed_run(system: System, mode: Mode, index: int, bench: Bench) -> dict[str, Any]:
     """One counted run, printed as it ends (a failed one as a failed run, not an exception)."""
     try:
-        run = await run_once(
-            system, mode, index, args, bootstrap, broker_pid, watcher, expected, workdir
-        )
+        run = await run_once(system, mode, index, bench)
     except RuntimeError as exc:
         print(f"  {system.key:<13} {mode.key:<9} #{index}: FAILED: {exc}", flush=True)
         return {
-            "system": system.label,
-            "guarantee": system.guarantee,
-            "key": system.key,
-            "mode": mode.key,
-            "parallelism": mode.parallelism,
-            "repeat": index,
+            **_which(system, mode, index),
             "error": str(exc)[:2000],
             "correct": False,
         }
@@ -1018,6 +1012,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 f"{len(expected.key_counts):,} keys) in {time.monotonic() - t0:.1f}s"
             )
             modes = [machine_modes()[m] for m in args.modes]
+            bench = Bench(args, bootstrap, broker_pid, watcher, expected, workdir)
             for index in range(args.warmup):
                 # Untimed, per core and cut at --warmup-seconds: lets the broker's JIT compile
                 # its produce, fetch, transaction and compacted-topic paths before the first
@@ -1025,16 +1020,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 # broker CPU of the later ones).
                 for warm_system in (SYSTEMS["ceiling"], SYSTEMS["eos"]):
                     warm = await run_once(
-                        warm_system,
-                        modes[0],
-                        -index,
-                        args,
-                        bootstrap,
-                        broker_pid,
-                        watcher,
-                        expected,
-                        workdir,
-                        limit=args.warmup_seconds,
+                        warm_system, modes[0], -index, bench, limit=args.warmup_seconds
                     )
                     print(
                         f"  warm-up  {warm_system.key:<13} #{index + 1}: "
@@ -1045,19 +1031,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 shift = (index - 1) % len(modes)
                 for mode in modes[shift:] + modes[:shift]:
                     for system in _rounds(systems, index, args.once):
-                        runs.append(
-                            await _timed_run(
-                                system,
-                                mode,
-                                index,
-                                args,
-                                bootstrap,
-                                broker_pid,
-                                watcher,
-                                expected,
-                                workdir,
-                            )
-                        )
+                        runs.append(await _timed_run(system, mode, index, bench))
         summary = summarise(runs)
         latency: dict[str, Any] = {}
         if args.latency:
