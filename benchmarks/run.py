@@ -1163,7 +1163,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jvm", choices=("full", "fast"), default="full")
     parser.add_argument("--heap", default="1g")
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        help="seconds per run before it counts as unfinished (default: %(default)s; a pinned "
+        "system on a busy machine needs long for 3,000,000 records)",
+    )
     parser.add_argument(
         "--faust-timeout",
         type=float,
