@@ -263,6 +263,9 @@ class Supervisor:
         while not self.stopping:
             await self._start(child)
             assert child.process is not None
+            if self.stopping:  # the stop came while it was being started: it missed the signal
+                with contextlib.suppress(ProcessLookupError):
+                    child.process.send_signal(signal.SIGTERM)
             code = await child.process.wait()
             child.last_exit = code
             if self.stopping:
