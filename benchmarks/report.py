@@ -144,8 +144,10 @@ def render_modes(result: dict[str, Any]) -> str:
         f"{settings.get('poll_interval_s', 0.1) * 1000:.0f} ms); every ratio is one of "
         "steady-state rates. Whole run: from the first fetched record to the last commit.",
     ]
-    if settings.get("command"):
-        out += ["", f"Command: `{settings['command']}`."]
+    command = (settings.get("command") or "").strip()
+    if command:
+        default = " (`make bench`)" if command == "python -m benchmarks.run" else ""
+        out += ["", f"Command: `{command}`{default}."]
     out += _targets_table(summary["targets"])
     for mode, mode_summary in summary["modes"].items():
         about = modes.get(mode, {})

@@ -1072,7 +1072,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 "value_format": "json",
                 "warmup": args.warmup,
                 "warmup_seconds": args.warmup_seconds,
-                "command": "python -m benchmarks.run " + " ".join(args.argv),
+                "command": " ".join(["python -m benchmarks.run", *args.argv]),
                 # Each interpreter the Python systems ran on (a compared checkout may bring its
                 # own: checkout_python).
                 "interpreters": {
