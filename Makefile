@@ -54,7 +54,9 @@ $(BENCH_STAMP): $(STAMP)
 	@rm -f $(VENV)/.bench-*
 	@touch $@
 
-## bench: streams_app vs Kafka Streams, quixstreams, faust and a bare aiokafka loop (BENCHMARKS.md)
+## bench: streams_app vs Kafka Streams, quixstreams and a bare aiokafka loop at steady state, per
+## core and on the whole machine (BENCHMARKS.md; about an hour on a quiet 2-core machine;
+## BENCH_ARGS=--quick for a few minutes of development figures)
 bench: setup $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 

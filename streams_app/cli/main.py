@@ -152,6 +152,8 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         setattr(args, late, extras.pop())
     if extras:
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    # What ``worker --processes N`` starts each of its worker processes with.
+    args.command_line = list(argv)
     logging.basicConfig(
         level=getattr(logging, str(args.loglevel).upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
