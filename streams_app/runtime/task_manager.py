@@ -41,7 +41,9 @@ class TaskManager:
         self.group_factory = group_factory
         self.tasks: dict[TaskId, Task] = {}
         self.by_tp: dict[TopicPartition, Task] = {}
-        self.restores: list[RestoreResult] = []
+        #: The latest restore of each changelog partition (one entry per partition, however
+        #: many rebalances: /assignment shows it, and a long-running worker does not grow it).
+        self.restores: dict[TopicPartition, RestoreResult] = {}
         #: This worker's standby tasks (and warm-ups), as of the last assignment.
         self.standbys: dict[TaskId, StandbyTask] = {}
         #: Reports restores (log lines or a progress bar, metrics); set by the worker.
@@ -186,6 +188,6 @@ class TaskManager:
                 if progress is not None:
                     progress.end(ok)
             # restore_partitions logged each partition; the progress, the whole restore.
-            self.restores.extend(results.values())
+            self.restores.update((r.changelog, r) for r in results.values())
         for task in tasks:
             task.state = RUNNING

@@ -271,7 +271,7 @@ async def test_ready_flips_after_restore_and_metrics_count_the_records(
             assert samples[("streams_app_tasks", (("state", "running"),))] == 2
             # Restore read every offset of the changelog as it stood (records and markers).
             restored = samples[("streams_app_restored_records_total", (("topic", changelog),))]
-            read = sum(r.to_offset - r.from_offset for r in worker.tasks.restores)
+            read = sum(r.to_offset - r.from_offset for r in worker.tasks.restores.values())
             assert restored == read and 1002 <= read <= sum(restored_ends.values())
             assert ("streams_app_restore_remaining_records", ()) not in samples
             assert samples[("process_resident_memory_bytes", ())] > 0

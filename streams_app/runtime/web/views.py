@@ -112,7 +112,7 @@ def assignment(worker: WorkerView) -> dict[str, Any]:
         lags = {entry.tp: entry for entry in partition_lags(tasks, parts.consumer)}
         # The latest restore of each changelog partition (every one, those with nothing to
         # read too: a task taken over from an up-to-date standby reads nothing).
-        restores = {r.changelog: r for r in tasks.restores}
+        restores = tasks.restores
         active = [
             _task_view(task, worker, lags, restores) for _, task in sorted(tasks.tasks.items())
         ]
