@@ -308,7 +308,8 @@ class Table(MutableMapping[Any, Any]):
     def _transaction(self) -> PartitionTransaction | None:
         """The open transaction of the task that owns the record being processed (or that a
         stream-time timer, ``on_leader`` timer or window-close callback runs for); None when
-        there is none (a page, a task, a timer, a command): reads then see the committed state
+        there is none (a page, a task, a timer, a command, a channel value one of those sent):
+        reads then see the committed state
         (:meth:`_committed`), and writes are refused (:meth:`_writable`)."""
         event = current_event.get()
         if event is self._event and event is not None:
@@ -319,6 +320,8 @@ class Table(MutableMapping[Any, Any]):
                 return None
             task = scope
         else:
+            if event.task.outside_processing:
+                return None
             if event.raw_key is None:
                 raise NullKeyError(
                     f"table {self.name!r} used while processing {event.topic}[{event.partition}]"

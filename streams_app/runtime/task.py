@@ -69,6 +69,8 @@ class Task:
         "touched",
         "windowed_states",
     )
+    #: A task owns its partitions (see ``TaskScope.outside_processing``).
+    outside_processing = False
 
     def __init__(
         self,

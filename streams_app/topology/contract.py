@@ -140,6 +140,11 @@ class TaskScope(Protocol):
 
     tables: dict[str, PartitionTransaction]
 
+    #: True for the scope of a channel value put there from outside processing (by a timer, a
+    #: task or a page): it owns no partition, so a table read there sees the committed state,
+    #: as any read outside a record does, and a write is refused.
+    outside_processing: bool
+
     def open_table(self, table: TableLike) -> PartitionTransaction: ...
 
     @property

@@ -43,6 +43,8 @@ async def test_pages_timers_and_tasks_read_the_committed_table(
     counts = app.Table("counts", default=int)
     by_timer: list[int] = []
     by_task: list[int] = []
+    by_channel: list[int] = []
+    ticks = app.channel()
 
     @app.agent(source)
     async def count(stream):  # type: ignore[no-untyped-def]
@@ -71,6 +73,13 @@ async def test_pages_timers_and_tasks_read_the_committed_table(
     @app.timer(0.05)
     async def watch() -> None:
         by_timer.append(counts["a"])
+        await ticks.send(value=1)
+
+    @app.agent(ticks)
+    async def tick(stream):  # type: ignore[no-untyped-def]
+        # A channel value the timer put there belongs to no record: the same committed read.
+        async for _ in stream:
+            by_channel.append(counts["a"])
 
     @app.task
     async def poll() -> None:
@@ -87,14 +96,19 @@ async def test_pages_timers_and_tasks_read_the_committed_table(
             return body
 
         async def reads_after(processed: int) -> tuple[list[int], list[int]]:
-            """Once the worker processed ``processed`` records: a few reads by the timer and
-            the task made after that, with the writes pending in the open transaction."""
+            """Once the worker processed ``processed`` records: a few reads by the timer, the
+            task and the timer's channel agent made after that, with the writes pending in the
+            open transaction."""
             await wait_until(lambda: worker.records_processed == processed)
-            timer_mark, task_mark = len(by_timer), len(by_task)
+            marks = len(by_timer), len(by_task), len(by_channel)
             await wait_until(
-                lambda: len(by_timer) > timer_mark + 3 and len(by_task) > task_mark + 3
+                lambda: (
+                    len(by_timer) > marks[0] + 3
+                    and len(by_task) > marks[1] + 3
+                    and len(by_channel) > marks[2] + 3
+                )
             )
-            return by_timer[timer_mark:], by_task[task_mark:]
+            return by_timer[marks[0] :], by_task[marks[1] :] + by_channel[marks[2] :]
 
         # Nothing committed yet: the default, not an error.
         empty = {"value": 0, "in": False, "get": None, "keys": [], "len": 0, "items": []}

@@ -33,10 +33,13 @@ if TYPE_CHECKING:
     from streams_app.runtime.worker.root import Worker
 
 
-class _NoTables:
-    """The task scope of channel values sent from outside processing: no table partition."""
+class _OutsideProcessing:
+    """The task scope of channel values sent from outside processing (a timer, a task, a page):
+    no partition is theirs, so tables read the committed state (``Table._transaction`` sees
+    ``outside_processing`` and never opens a table here) and refuse writes."""
 
     tables: dict[str, Any] = {}
+    outside_processing = True
 
     def open_table(self, table: TableLike) -> Any:
         raise TopologyError(
@@ -129,7 +132,7 @@ class WorkerRuntime:
         self, channel: ChannelLike, key: Any, value: Any, headers: Headers | None
     ) -> None:
         source = current_event.get()
-        scope: Any = source.task if source is not None else (_NoTables())
+        scope: Any = source.task if source is not None else _OutsideProcessing()
         items = tuple(headers.items()) if isinstance(headers, Mapping) else tuple(headers or ())
         event = Event(
             channel.name,
