@@ -6,10 +6,11 @@ explained by (test_recorded.py). The real-broker run of both is test_vs_kafka_st
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
+from streams_app import App
 from streams_app.testing import TopologyDriver
 from streams_app.testing.driver import Input
 from tests.joins.apps import BUILT, join_app
@@ -20,11 +21,15 @@ from tests.joins.models import Row, parse
 SEED = 37
 
 
-async def run_joins(tmp_path: Path, kinds: tuple[str, ...] = BUILT) -> dict[str, list[Row]]:
+async def run_joins(
+    make_driver: Callable[[App], TopologyDriver], kinds: tuple[str, ...] = BUILT
+) -> dict[str, list[Row]]:
+    """Run the joins of ``kinds`` over the generated input on ``make_driver(app)`` (no
+    worker yet: one is added once the input is written); each kind's rows in partition and
+    offset order."""
     data = generate(SEED)
     app = join_app("joins-driver", "in-", "out-", data.params, data.partitions, kinds)
-    driver = TopologyDriver.memory(app, workers=0, state_dir=tmp_path)
-    async with driver:
+    async with make_driver(app) as driver:
         # Written before the worker starts, as for Kafka Streams: each task sees both topics'
         # records from its first fetch and processes them in timestamp order.
         for topic in ("left", "right"):
@@ -54,7 +59,10 @@ async def run_joins(tmp_path: Path, kinds: tuple[str, ...] = BUILT) -> dict[str,
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Row]]:
     import asyncio
 
-    return asyncio.run(run_joins(tmp_path_factory.mktemp("joins")))
+    state_dir = tmp_path_factory.mktemp("joins")
+    return asyncio.run(
+        run_joins(lambda app: TopologyDriver.memory(app, workers=0, state_dir=state_dir))
+    )
 
 
 @pytest.mark.parametrize("kind", BUILT)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 import streams_app
-from streams_app.app.joins import Joined
 from streams_app.testing import DriverFactory
 
 pytestmark = pytest.mark.streams_backends("memory")
