@@ -17,6 +17,7 @@ processor's :meth:`~streams_app.runtime.joins.base.JoinProcessor.on_idle`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from streams_app.runtime.actor import AgentRunner
     from streams_app.runtime.task import Task
     from streams_app.state.restore import Accept
+
+log = logging.getLogger(__name__)
 
 #: JoinDecl kind -> the processor class that runs it.
 PROCESSORS: dict[str, type[JoinProcessor]] = {}
@@ -69,6 +72,15 @@ class JoinRuntime:
                 continue
             source = self.sources[table.name] = TableSource(table)
             runner.forwarders.setdefault(table.source.name, []).insert(0, source)
+            log.info(
+                "table %s is built from topic %s; its changelog is %s",
+                table.name,
+                table.source.name,
+                "that topic (declared compacted)"
+                if table.changelog_is_source
+                else f"{table.changelog_topic_name} (the source is not declared compacted, or the "
+                "table is versioned)",
+            )
         for name, join in sorted(app.joins.items()):
             kind = PROCESSORS.get(join.kind)
             if kind is None:
