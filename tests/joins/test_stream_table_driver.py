@@ -117,3 +117,48 @@ async def test_a_versioned_table_answers_with_its_versions(topology_driver: Driv
         # it). The one at 500 ms met none: an inner join drops it.
         priced = sorted((r.timestamp, tuple(r.value)) for r in await driver.read("priced"))
         assert priced == [(1_500, (1_500, 10)), (3_500, (3_500, 10)), (6_000, (6_000, 12))]
+
+
+async def test_agents_read_a_join_declared_at_module_level_or_inside_them(
+    topology_driver: DriverFactory,
+) -> None:
+    """``@app.agent(orders.left_join(customers))`` and ``stream.left_join(customers)`` before
+    the first ``async for`` are the same join: both agents get every result, keyed like the
+    order; a joined table reads by key."""
+    app = streams_app.App("agents-read-joins", broker="kafka://127.0.0.1:1")
+    customers_topic = app.topic("customers", key_type=str, value_type=str)
+    accounts_topic = app.topic("accounts", key_type=str, value_type=str)
+    orders = app.topic("orders", key_type=str, value_type=str)
+    seen = app.topic("seen", key_type=str, value_type=list)
+    customers = app.Table("customers", source=customers_topic)
+    accounts = app.Table("accounts", source=accounts_topic)
+    joined_table = customers.left_join(accounts)
+    lookups = app.topic("lookups", key_type=str, value_type=list)
+
+    @app.agent(orders.left_join(customers))
+    async def declared(stream):  # type: ignore[no-untyped-def]
+        async for key, (order, customer) in stream.items():
+            await seen.send(key=key, value=["declared", order, customer])
+
+    @app.agent(orders)
+    async def inside(stream):  # type: ignore[no-untyped-def]
+        async for key, joined in stream.left_join(customers).items():
+            await seen.send(key=key, value=["inside", joined.left, joined.right])
+            await lookups.send(key=key, value=list(joined_table.get(key, ("none", "none"))))
+
+    assert len(app.joins) == 2  # the join inside the agent is the module-level one
+    async with topology_driver(app) as driver:
+        await driver.pipe("customers", "ann", key="c1", timestamp=1, partition=0)
+        await driver.pipe("accounts", "acc-1", key="c1", timestamp=2, partition=0)
+        await driver.pipe("orders", "o1", key="c1", timestamp=3, partition=0)
+        await driver.pipe("orders", "o2", key="c2", timestamp=4, partition=0)
+        await driver.run_until_idle()
+        got = sorted((r.key, tuple(r.value)) for r in await driver.read("seen"))
+        assert got == [
+            ("c1", ("declared", "o1", "ann")),
+            ("c1", ("inside", "o1", "ann")),
+            ("c2", ("declared", "o2", None)),
+            ("c2", ("inside", "o2", None)),
+        ]
+        looked_up = sorted((r.key, tuple(r.value)) for r in await driver.read("lookups"))
+        assert looked_up == [("c1", ("ann", "acc-1")), ("c2", ("none", "none"))]
