@@ -15,13 +15,14 @@ from aiokafka import AIOKafkaProducer
 
 from streams_app.readback import read_topics
 from streams_app.testing.workers import WorkerProcess
+from tests.ops.support import app_cli
 from tests.runtime.helpers import KafkaObserver, wait_until
 from tests.windows.data import BASE
 from tests.windows.test_vs_kafka_streams import create_topics
 
 pytestmark = pytest.mark.kafka
 
-ORDERS = 6_000
+ORDERS = 4_000
 CUSTOMERS = 40
 #: Every customer's second version is valid from here: orders before it meet the first.
 UPDATED_AT = BASE + (ORDERS // 2) * 10 + 5
@@ -62,17 +63,18 @@ async def test_stream_table_join_exactly_once_through_three_sigkills(
     # Everything is written first: each task meets both topics from its first fetch and
     # processes them in timestamp order, so which version each order meets is decided.
     await produce_input(bootstrap_servers, suffix)
+    env = {
+        "STREAMS_APP_BROKER": bootstrap_servers,
+        "STREAMS_APP_SESSION_TIMEOUT": "3",
+        "STREAMS_APP_HEARTBEAT_INTERVAL": "1",
+        "STREAMS_APP_MAX_POLL_RECORDS": "100",
+        "TEST_SUFFIX": suffix,
+    }
     worker = WorkerProcess(
         "tests.joins.enrichment_app",
         state_dir=tmp_path / "state",
         log_path=tmp_path / "worker.log",
-        env={
-            "STREAMS_APP_BROKER": bootstrap_servers,
-            "STREAMS_APP_SESSION_TIMEOUT": "3",
-            "STREAMS_APP_HEARTBEAT_INTERVAL": "1",
-            "STREAMS_APP_MAX_POLL_RECORDS": "100",
-            "TEST_SUFFIX": suffix,
-        },
+        env=env,
     )
     rng = random.Random()
     worker.start()
@@ -107,3 +109,7 @@ async def test_stream_table_join_exactly_once_through_three_sigkills(
         o for o in outputs if o["customer"] != {"v": 1 if BASE + o["id"] * 10 < UPDATED_AT else 2}
     ]
     assert not wrong, f"{len(wrong)} orders met the wrong customer version, e.g. {wrong[:3]}"
+    # The CLI reads the table (no worker running: from its changelog, the source topic).
+    done = app_cli("tests.joins.enrichment_app", env, "tables", "customers", "c7")
+    assert (done.returncode, json.loads(done.stdout)) == (0, {"v": 2}), done.stderr
+    assert f"changelog customers-{suffix}" in done.stderr
