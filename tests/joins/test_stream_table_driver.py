@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import streams_app
+from streams_app.ops.changelog import ChangelogRepairRefused, repair
 from streams_app.runtime.web.queries import query_table
 from streams_app.testing import DriverFactory
 
@@ -162,3 +163,11 @@ async def test_agents_read_a_join_declared_at_module_level_or_inside_them(
         ]
         looked_up = sorted((r.key, tuple(r.value)) for r in await driver.read("lookups"))
         assert looked_up == [("c1", ("ann", "acc-1")), ("c2", ("none", "none"))]
+
+
+async def test_reseed_refuses_a_table_whose_changelog_is_its_source() -> None:
+    """``changelog reseed`` would write the store into the app's input topic: refused, before
+    asking the broker anything."""
+    app = enrichment_app()
+    with pytest.raises(ChangelogRepairRefused, match="changelog wipe"):
+        await repair(app, "customers", "reseed")
