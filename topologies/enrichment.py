@@ -14,6 +14,9 @@
 - ``accounts`` (built from ``enrichment-accounts``, keyed by customer id too) joined with
   ``customers`` is a table-table join: ``customer-accounts`` follows both tables' updates, and
   its changes go to ``enrichment-customer-accounts``.
+- ``order-states`` (built from ``enrichment-order-states``, keyed by order id, each naming its
+  customer) joined with ``customers`` by that foreign key (KIP-213): each order's state with its
+  customer, kept up to date when either changes, to ``enrichment-order-view``.
 
 Exactly once like everything else: join results, table state and input offsets commit in one
 Kafka transaction (docs/joins.md).
@@ -33,6 +36,10 @@ customer_updates = app.topic(
 )
 account_updates = app.topic("enrichment-accounts", key_type=str, value_type=dict, config=COMPACTED)
 orders = app.topic("enrichment-orders", key_type=str, value_type=dict)
+order_state_updates = app.topic(
+    "enrichment-order-states", key_type=str, value_type=dict, config=COMPACTED
+)
+order_view_topic = app.topic("enrichment-order-view", key_type=str, value_type=dict)
 enriched_orders = app.topic("enrichment-orders-enriched", key_type=str, value_type=dict)
 customer_accounts_topic = app.topic("enrichment-customer-accounts", key_type=str, value_type=dict)
 
@@ -55,6 +62,22 @@ def with_account(customer: dict[str, Any], account: dict[str, Any]) -> dict[str,
 
 customer_accounts = customers.join(accounts, joiner=with_account)
 customer_accounts.to(customer_accounts_topic)
+
+order_states = app.Table("order-states", source=order_state_updates)
+
+
+def customer_of(order_state: dict[str, Any]) -> str | None:
+    return order_state.get("customer")
+
+
+def with_customer(order_state: dict[str, Any], customer: dict[str, Any] | None) -> dict[str, Any]:
+    return {**order_state, "customer": customer}
+
+
+order_view = order_states.left_join(
+    customers, joiner=with_customer, foreign_key=customer_of, name="order-view"
+)
+order_view.to(order_view_topic)
 
 
 @app.agent(enriched)

@@ -81,7 +81,12 @@ def test_the_enrichment_topology_shows_its_tables_from_topics_and_joins() -> Non
     assert {(j["name"], j["kind"], j["how"]) for j in described["joins"]} == {
         ("customers-join-accounts", "table-table", "inner"),
         ("enrichment-orders-left-join-customers", "stream-table", "left"),
+        ("order-view", "foreign-key", "left"),
     }
+    # A foreign-key join's subscription and response topics are inputs, partitioned like the
+    # right and the left table's sources.
+    internal = {j["name"]: j["internal_topics"] for j in described["joins"]}["order-view"]
+    assert internal == ["enrichment-order-view-response", "enrichment-order-view-subscription"]
 
 
 def test_the_orders_topology_as_json() -> None:
