@@ -1,5 +1,5 @@
 """A table built from a topic and a stream-table join on the real broker, exactly once through
-three SIGKILLs: every order enriched once, each with its customer as the table was at the
+a SIGKILL: every order enriched once, each with its customer as the table was at the
 order's time (the table restored from its source topic, its changelog, up to the committed
 offset after each restart)."""
 
@@ -53,7 +53,7 @@ async def produce_input(bootstrap: str, suffix: str) -> None:
         await producer.stop()
 
 
-async def test_stream_table_join_exactly_once_through_three_sigkills(
+async def test_stream_table_join_exactly_once_through_a_sigkill(
     bootstrap_servers: str, unique: str, tmp_path: Path
 ) -> None:
     suffix = unique
@@ -81,7 +81,9 @@ async def test_stream_table_join_exactly_once_through_three_sigkills(
     try:
         async with KafkaObserver(bootstrap_servers) as observer:
             await asyncio.to_thread(worker.wait_assigned)
-            for fraction in sorted(rng.uniform(0.1, 0.7) for _ in range(3)):
+            # One kill keeps it short for make test (tests/runtime/test_crash.py kills three
+            # times, marked slow); where it lands is random.
+            for fraction in [rng.uniform(0.2, 0.6)]:
                 threshold = int(ORDERS * fraction)
 
                 async def reached(t: int = threshold) -> bool:
@@ -89,6 +91,9 @@ async def test_stream_table_join_exactly_once_through_three_sigkills(
 
                 await wait_until(reached, timeout=120, interval=0.02)
                 worker.kill()
+                # The kill interrupted the run: orders were left to process after it.
+                group = f"enrich-{suffix}"
+                assert await observer.committed_total(group, f"orders-{suffix}") < ORDERS
                 worker.start()
                 await asyncio.to_thread(worker.wait_assigned)
             await wait_until(
@@ -100,7 +105,7 @@ async def test_stream_table_join_exactly_once_through_three_sigkills(
     finally:
         if worker.running:
             worker.kill()
-    assert worker.starts == 4
+    assert worker.starts == 2
     read = await read_topics(bootstrap_servers, [f"enriched-{suffix}"])
     outputs = [json.loads(r.value) for r in read[f"enriched-{suffix}"]]
     ids = sorted(o["id"] for o in outputs)
