@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 
 import streams_app
+from streams_app.errors import TopologyError
 from streams_app.ops.changelog import ChangelogRepairRefused, repair
 from streams_app.runtime.web.queries import query_table
 from streams_app.testing import DriverFactory
+from streams_app.topology.plan import plan_topology
 
 pytestmark = pytest.mark.streams_backends("memory")
 
@@ -171,3 +173,44 @@ async def test_reseed_refuses_a_table_whose_changelog_is_its_source() -> None:
     app = enrichment_app()
     with pytest.raises(ChangelogRepairRefused, match="changelog wipe"):
         await repair(app, "customers", "reseed")
+
+
+def _customer_of(order: dict[str, str]) -> str:
+    return order["customer"]
+
+
+async def test_a_stream_regrouped_inside_an_agent_joins_a_table_of_another_partition_count(
+    topology_driver: DriverFactory,
+) -> None:
+    """What the co-partitioning error advises: ``group_by(key, partitions=N)`` re-keys the
+    stream through a repartition topic with the table's count, and the regrouped stream joins."""
+    app = streams_app.App("regrouped-join", broker="kafka://127.0.0.1:1")
+    customers_topic = app.topic("customers", key_type=str, value_type=str, partitions=2)
+    orders = app.topic("orders", key_type=str, value_type=dict, partitions=3)
+    out = app.topic("out", key_type=str, value_type=list)
+    customers = app.Table("customers", source=customers_topic)
+
+    @app.agent(orders)
+    async def enrich(stream):  # type: ignore[no-untyped-def]
+        regrouped = stream.group_by(_customer_of, name="by-customer", partitions=2)
+        async for key, (order, customer) in regrouped.left_join(customers).items():
+            await out.send(key=key, value=[order["id"], customer])
+
+    async with topology_driver(app) as driver:
+        await driver.pipe("customers", "ann", key="c1", timestamp=1)
+        await driver.run_until_idle()
+        await driver.pipe("orders", {"customer": "c1", "id": "o1"}, key="o1", timestamp=2)
+        await driver.pipe("orders", {"customer": "c2", "id": "o2"}, key="o2", timestamp=3)
+        await driver.run_until_idle()
+        got = sorted((r.key, tuple(r.value)) for r in await driver.read("out"))
+        assert got == [("c1", ("o1", "ann")), ("c2", ("o2", None))]
+
+
+def test_inputs_not_co_partitioned_are_refused_naming_both_topics() -> None:
+    app = streams_app.App("not-copartitioned", broker="kafka://127.0.0.1:1")
+    customers = app.Table(
+        "customers", source=app.topic("customers", key_type=str, value_type=str, partitions=2)
+    )
+    app.topic("orders", key_type=str, value_type=str, partitions=3).join(customers)
+    with pytest.raises(TopologyError, match=r"'orders' with 3 partitions and 'customers' with 2"):
+        plan_topology(app.describe(), {}, app.conf)
