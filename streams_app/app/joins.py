@@ -242,8 +242,8 @@ class Join:
             and self.how == other.how
             and self.left is other.left
             and self.right is other.right
-            and self.joiner is other.joiner
-            and self.key is other.key
+            and _same_function(self.joiner, other.joiner)
+            and _same_function(self.key, other.key)
             and (self.before_ms, self.after_ms, self.grace_ms, self.idle_close_ms)
             == (other.before_ms, other.after_ms, other.grace_ms, other.idle_close_ms)
         )
@@ -573,6 +573,21 @@ def times_store(table: Table) -> JoinStore:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _same_function(a: Callable[..., Any] | None, b: Callable[..., Any] | None) -> bool:
+    """The same function, or the same code over the same values: a lambda (or a model field's
+    getter) written inside an agent is made anew each time the agent is traced or restarted,
+    and is still the same declaration."""
+    if a is b:
+        return True
+    code_a, code_b = getattr(a, "__code__", None), getattr(b, "__code__", None)
+    if code_a is None or code_a is not code_b:
+        return False
+    cells_a, cells_b = getattr(a, "__closure__", None) or (), getattr(b, "__closure__", None) or ()
+    return len(cells_a) == len(cells_b) and all(
+        x.cell_contents is y.cell_contents for x, y in zip(cells_a, cells_b, strict=True)
+    )
 
 
 def _window(

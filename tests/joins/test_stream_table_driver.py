@@ -214,3 +214,18 @@ def test_inputs_not_co_partitioned_are_refused_naming_both_topics() -> None:
     app.topic("orders", key_type=str, value_type=str, partitions=3).join(customers)
     with pytest.raises(TopologyError, match=r"'orders' with 3 partitions and 'customers' with 2"):
         plan_topology(app.describe(), {}, app.conf)
+
+
+def test_a_join_declared_again_with_a_lambda_made_anew_is_the_same_join() -> None:
+    """An agent restarted after an abort traces its ``stream.join(..., joiner=lambda ...)``
+    again: a new lambda object, the same declaration (a different one is refused)."""
+    app = enrichment_app()
+    orders, customers = app.topics["orders"], app.tables["customers"]
+
+    def declare(suffix: str) -> object:
+        return orders.join(customers, joiner=lambda o, c: (o, c, suffix), name="again")
+
+    first, second = declare("x"), declare("x")
+    assert first.join is second.join  # type: ignore[attr-defined]
+    with pytest.raises(TopologyError, match="declared twice, differently"):
+        declare("y")
