@@ -127,11 +127,7 @@ class BatchProcessor:
             await dispatch(task, key, records[1:])
             await self.settle()
         if not self.punctuator.idle:
-            try:
-                await self.punctuator.after_batch(self.tasks.running())
-            except CallbackFailed as exc:
-                failure = Failure.of(exc.what, exc.error, None, replayed=True)
-                raise AgentFailed([failure]) from exc
+            await self.punctuate(self.tasks.running())
         await self.sync_positions(batch)
         took = time.perf_counter() - started
         self.metrics.batch_seconds.observe(took)
@@ -312,6 +308,18 @@ class BatchProcessor:
             position = await self.consumer.position(key)
             if position > task.offsets.get(key, position):
                 task.offsets[key] = position
+
+    async def punctuate(self, tasks: Iterable[Task]) -> None:
+        """What moving stream time does in ``tasks`` (runtime/punctuator.py); a window-close
+        callback or stream-time timer that raised fails like an agent."""
+        try:
+            await self.punctuator.after_batch(tasks)
+        except CallbackFailed as exc:
+            failure = Failure.of(exc.what, exc.error, None, replayed=True)
+            raise AgentFailed([failure]) from exc
+
+    async def punctuate_task(self, task: Task) -> None:
+        await self.punctuate((task,))
 
     def caught_up(self) -> bool:
         """Every record on the broker, as of the last fetch responses, has been processed (one

@@ -20,6 +20,7 @@ from streams_app.runtime import guarantees
 from streams_app.runtime.assignor import EndOffsets, StreamsAssignor
 from streams_app.runtime.dead_letters import DeadLetters
 from streams_app.runtime.global_tables import GlobalTables
+from streams_app.runtime.idle_close import IdleClose, WindowedIdleTarget
 from streams_app.runtime.measured_commit import MeasuredCommitter
 from streams_app.runtime.no_inputs import NoInputs
 from streams_app.runtime.placement import PlacementConfig
@@ -137,6 +138,19 @@ def input_consumer(
     )
 
 
+def idle_close(worker: Worker, consumer: ConsumerClient) -> IdleClose | None:
+    """The idle close of what opted in (``idle_close=``), or None: nothing did, and the loop
+    does nothing for it."""
+    targets = [
+        WindowedIdleTarget(table)
+        for table in worker.app.tables.values()
+        if table.window is not None and table.idle_close is not None
+    ]
+    if not targets:
+        return None
+    return IdleClose(worker.clock, targets, consumer.fetched_lag)
+
+
 def wire(
     worker: Worker,
     *,
@@ -211,6 +225,7 @@ def wire(
         failures,
         restore=restore,
         sleep=worker.sleep_unless_stopped,
+        idle_close=idle_close(worker, consumer),
     )
     return Started(
         directory=directory,
