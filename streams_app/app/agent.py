@@ -20,6 +20,7 @@ from streams_app.topology.contract import current_event, current_runtime
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
+    from streams_app.app.joins import JoinedStream
     from streams_app.app.stream import Stream
     from streams_app.topology.contract import SendFuture
 
@@ -42,7 +43,7 @@ class Agent:
         self,
         app: App,
         fun: AgentFun,
-        channel: Topic | Channel | None,
+        channel: Topic | Channel | JoinedStream | None,
         *,
         name: str | None = None,
         concurrency: int = 1,
@@ -68,7 +69,7 @@ class Agent:
                 value_type=value_type,
                 has_prefix=True,
             )
-        self.channel: Topic | Channel = channel
+        self.channel: Topic | Channel | JoinedStream = channel
         self.concurrency = concurrency
         self.isolated_partitions = isolated_partitions
         self.sinks: list[Sink] = list(sink or ())
@@ -109,6 +110,11 @@ class Agent:
         if isinstance(self.channel, Channel):
             await self.channel.send(key=key, value=value, headers=headers)
             return None
+        if not isinstance(self.channel, Topic):
+            raise TypeError(
+                f"agent {self.name} reads the results of join {self.channel.name!r}: nothing "
+                "can be sent to it; send to the join's input topics"
+            )
         return await self.channel.send(
             key=key, value=value, partition=partition, timestamp=timestamp, headers=headers
         )

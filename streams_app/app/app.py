@@ -20,6 +20,7 @@ from streams_app.app.channel import Channel
 from streams_app.app.commands import Argument, Command, Option
 from streams_app.app.faust_settings import AppSettings, build_settings
 from streams_app.app.global_table import GlobalTable
+from streams_app.app.joins import Join, JoinedStream, JoinedTable, stream_join
 from streams_app.app.options import (
     FAUST_AGENT,
     FAUST_CHANNEL,
@@ -34,6 +35,7 @@ from streams_app.app.set_table import SetTable
 from streams_app.app.signals import Signal
 from streams_app.app.table import Table, WindowCloseCallback
 from streams_app.app.topic import Topic
+from streams_app.app.versioned import VersionedTable
 from streams_app.codecs import Codec, CodecSpec
 from streams_app.errors import TopologyError
 from streams_app.topology import names
@@ -83,6 +85,10 @@ class App:
         self.sinks: dict[str, PostgresSink] = {}
         #: Repartition topic -> its group_by/through (:meth:`declare_repartition`).
         self.repartitions: dict[str, RepartitionDecl] = {}
+        #: Join name -> its declaration (``topic.join(...)``, ``table.join(...)``).
+        self.joins: dict[str, Join] = {}
+        #: Agent name -> the join whose results its stream reads (``stream.join`` inside it).
+        self.agent_joins: dict[str, str] = {}
         #: Agent name -> why its trace stopped short (None: it did not), once traced.
         self._trace_notes: dict[str, str | None] = {}
         self.on_rebalance_start = Signal("on_rebalance_start", self)
@@ -225,6 +231,28 @@ class App:
             )
         return target
 
+    def declare_stream_join(
+        self, agent: Agent, source: str, how: str, other: Any, options: Mapping[str, Any]
+    ) -> JoinedStream:
+        """``stream.join(other, ...)`` inside ``agent`` (before its first ``async for``) on its
+        stream of ``source``: the same join a module-level ``topic.join`` declares, whose
+        results the agent's stream then reads. Traces and running workers both call it."""
+        topic = self.topics.get(source)
+        if topic is None or (isinstance(agent.channel, Channel) and source == agent.channel.name):
+            raise TopologyError(
+                f"agent {agent.name!r}: join() needs a topic's stream (a channel has no "
+                "partitions, and joined results cannot be joined again)"
+            )
+        joined = stream_join(self, how, topic, other, (), **options)
+        known = self.agent_joins.get(agent.name)
+        if known is not None and known != joined.name:
+            raise TopologyError(
+                f"agent {agent.name!r} joins twice ({known!r}, {joined.name!r}): an agent's "
+                "stream reads one join's results"
+            )
+        self.agent_joins[agent.name] = joined.name
+        return joined
+
     def describe(self, *, trace: bool = True) -> TopologyDescription:
         """What this app declares, as an immutable :class:`TopologyDescription` (``streams-app
         -A module topology`` prints it; the planner and the worker read it).
@@ -247,10 +275,19 @@ class App:
     def resolve_table_partitions(self, table_partitions: Mapping[str, int]) -> None:
         """Give tables declared without ``partitions=`` the count the plan chose for them (one
         explicit step, at a worker's start), so ``table.partitions`` reads as in Faust."""
+        stores = {s.name: s for s in self.join_stores()}
         for name, partitions in table_partitions.items():
-            table = self.tables.get(name)
+            table = self.tables.get(name) or stores.get(name)
             if table is not None and table.partitions is None:
                 table.partitions = partitions
+
+    def join_stores(self) -> list[Any]:
+        """The stores joins keep, and the record times tables keep for joins (tables of the
+        topology, not the app's: ``app.tables`` does not list them)."""
+        stores: list[Any] = [t.times for t in self.tables.values() if t.times is not None]
+        for join in self.joins.values():
+            stores.extend(join.stores.values())
+        return stores
 
     def channel(
         self,
@@ -270,7 +307,7 @@ class App:
 
     def agent(
         self,
-        channel: Topic | Channel | str | None = None,
+        channel: Topic | Channel | JoinedStream | JoinedTable | str | None = None,
         *,
         name: str | None = None,
         concurrency: int = 1,
@@ -293,6 +330,8 @@ class App:
             key_type = key_type if key_type is not None else schema.key_type
             value_type = value_type if value_type is not None else schema.value_type
         source = self.topic(channel) if isinstance(channel, str) else channel
+        if isinstance(source, JoinedTable):
+            source = source.changes()  # an agent reads a joined table's updates
 
         def decorate(fun: AgentFun) -> Agent:
             agent = Agent(
@@ -347,9 +386,15 @@ class App:
     ) -> _Table:
         """A changelog-backed table; ``.tumbling()``, ``.hopping()``, ``.sliding()`` and
         ``.session()`` make it windowed, and ``on_window_close(key, value)`` is then called
-        with each window's final value when it closes (``key`` is ``(key, WindowRange)``)."""
+        with each window's final value when it closes (``key`` is ``(key, WindowRange)``).
+
+        ``source=topic``: a table built from a topic (Kafka Streams' ``builder.table``), its
+        latest value per key, a tombstone deleting the key; ``versioned=history`` keeps every
+        value for that long (seconds or a timedelta) for lookups as of a time (docs/joins.md).
+        """
+        kind = VersionedTable if options.get("versioned") is not None else Table
         return self._add_table(
-            Table(
+            kind(
                 self,
                 name,
                 default=default,

@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from streams_app.app.background import Crontab
 from streams_app.app.channel import Channel
+from streams_app.app.joins import Join, JoinedStream, JoinedTable, JoinStore
 from streams_app.app.set_table import SetTable
 from streams_app.app.topic import Topic
 from streams_app.app.windows import SessionWindows, SlidingWindows, TimeWindows, Windows
 from streams_app.topology import names
 from streams_app.topology.description import (
     AgentDecl,
+    JoinDecl,
     SinkDecl,
     TableDecl,
     TaskDecl,
@@ -48,7 +50,12 @@ def describe(app: App, trace_notes: dict[str, str | None] | None = None) -> Topo
             )
         ),
         repartitions=repartitions,
-        tables=tuple(_table(t) for _, t in sorted(app.tables.items())),
+        tables=tuple(
+            sorted(
+                [*(_table(t) for t in app.tables.values()), *map(_store, app.join_stores())],
+                key=lambda t: t.name,
+            )
+        ),
         timers=tuple(sorted((_timer(t) for t in app.timers), key=lambda t: t.name)),
         tasks=tuple(
             sorted((TaskDecl(t.name, t.on_leader) for t in app.tasks), key=lambda t: t.name)
@@ -57,6 +64,7 @@ def describe(app: App, trace_notes: dict[str, str | None] | None = None) -> Topo
         sinks=tuple(SinkDecl(s.name, s.topic.name) for _, s in sorted(app.sinks.items())),
         pages=tuple(sorted(p.path for p in app.pages)),
         services=tuple(sorted(_service_name(s) for s in app.services)),
+        joins=tuple(_join(j, app) for _, j in sorted(app.joins.items())),
     )
 
 
@@ -87,6 +95,7 @@ def _topic(topic: Topic) -> TopicDecl:
         config=tuple(sorted(topic.config.items())),
         internal=topic.internal,
         timestamp_fn=None if fun is None else getattr(fun, "__name__", type(fun).__name__),
+        follows=topic.follows,
     )
 
 
@@ -98,10 +107,15 @@ def _agent(agent: Agent, app: App, note: str | None) -> AgentDecl:
     while reads in hops and hops[reads] not in seen:  # group_by after group_by
         reads = hops[reads]
         seen.add(reads)
+    joined = app.agent_joins.get(agent.name)  # stream.join inside the agent
+    if joined is not None:
+        reads = joined
+    on_join = joined is not None or isinstance(agent.channel, (JoinedStream, JoinedTable))
     return AgentDecl(
         name=agent.name,
         source=source,
         on_channel=isinstance(agent.channel, Channel),
+        on_join=on_join,
         reads=reads,
         concurrency=agent.concurrency,
         isolated_partitions=agent.isolated_partitions,
@@ -133,6 +147,49 @@ def _table(table: Table) -> TableDecl:
         partitions=table.partitions,
         window=None if table.window is None else window_text(table.window),
         emit_final=None if table.emit_final_topic is None else table.emit_final_topic.name,
+        source=None if table.source is None else table.source.name,
+        changelog_is_source=table.changelog_is_source,
+        versioned_ms=table.versioned_ms,
+        follows=None if table.source is None else table.source.name,
+    )
+
+
+def _store(store: JoinStore) -> TableDecl:
+    return TableDecl(
+        name=store.name,
+        kind=store.kind,
+        changelog=store.changelog_topic_name,
+        key_codec=codec_name(store.key_codec),
+        value_codec=codec_name(store.value_codec),
+        follows=store.follows,
+        owner=store.owner,
+    )
+
+
+def _join(join: Join, app: App) -> JoinDecl:
+    outputs = [f"topic {t.name}" for t in join.sinks]
+    for agent in app.agents:
+        reads = app.agent_joins.get(agent.name)
+        if reads == join.name or getattr(agent.channel, "name", None) == join.name:
+            outputs.append(f"agent {agent.name}")
+    return JoinDecl(
+        name=join.name,
+        kind=join.kind,
+        how=join.how,
+        left=join.left.name,
+        right=join.right.name,
+        left_topic=join.left_topic.name,
+        right_topic=None if getattr(join.right, "is_global", False) else join.right_topic.name,
+        reads=join.reads,
+        key=join.key_name,
+        before_ms=join.before_ms,
+        after_ms=join.after_ms,
+        grace_ms=join.grace_ms,
+        idle_close_ms=join.idle_close_ms,
+        joiner=None if join.joiner is None else names.canonical_name(join.joiner),
+        stores=tuple(sorted(s.name for s in join.stores.values())),
+        internal_topics=tuple(sorted(t.name for t in join.topics.values())),
+        outputs=tuple(sorted(outputs)),
     )
 
 

@@ -48,6 +48,8 @@ class StreamOwner(Protocol):
         topic: Topic | None = None,
     ) -> Stream: ...
 
+    def rejoin(self, stream: Stream, how: str, other: Any, options: dict[str, Any]) -> Stream: ...
+
 
 class _Core:
     """The inbox and state one agent instance's streams share (derived streams included)."""
@@ -248,6 +250,41 @@ class Stream:
             raise RuntimeError("through() must be called before iterating over the stream")
         target = self._actor_topic(channel)
         return self._actor.regroup(self, None, name=None, partitions=None, topic=target)
+
+    # -- joins (declared here before the first ``async for``, as group_by; docs/joins.md) -----
+
+    def join(self, other: Any, *fields: Any, **options: Any) -> Stream:
+        """The stream of this stream's records joined with ``other`` (a table built from a
+        topic, a GlobalTable, or a topic for a windowed join): ``topic.join``'s join, declared
+        from inside the agent. Its values are the results (``Joined(left, right)`` or the
+        ``joiner=``'s)."""
+        return self._join("inner", other, fields, options)
+
+    inner_join = join
+
+    def left_join(self, other: Any, *fields: Any, **options: Any) -> Stream:
+        """As :meth:`join`, a left join (``topic.left_join``)."""
+        return self._join("left", other, fields, options)
+
+    def outer_join(self, other: Any, *fields: Any, **options: Any) -> Stream:
+        """As :meth:`join`, an outer stream-stream join (``topic.outer_join``)."""
+        return self._join("outer", other, fields, options)
+
+    def _join(
+        self, how: str, other: Any, fields: tuple[Any, ...], options: dict[str, Any]
+    ) -> Stream:
+        if fields:
+            raise TypeError(
+                "join() takes the other side as its only positional argument; Faust's fields "
+                "(stream.join(Order.customer_id, ...)) are key=/foreign_key= here"
+            )
+        if self._core.started:
+            raise RuntimeError("join() must be called before iterating over the stream")
+        if self._processors:
+            raise RuntimeError(
+                "join() joins the topic's records: call it before filter()/echo() and the like"
+            )
+        return self._actor.rejoin(self, how, other, options)
 
     def noack(self) -> Stream:
         """Faust's ``noack()``: offsets here commit with the transaction, nothing to change."""

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from streams_app.app import joins
 from streams_app.app.options import FAUST_TABLE, refuse_unknown
 from streams_app.app.topic import Topic
 from streams_app.app.windowed import WindowedTableState, WindowWrapper
@@ -36,6 +37,7 @@ from streams_app.app.windows import (
     SlidingWindows,
     TimeWindows,
     Windows,
+    duration_ms,
     idle_close_seconds,
 )
 from streams_app.codecs import Codec, CodecSpec, JsonCodec, TypedCodec, codec_for, json_dumps
@@ -84,6 +86,8 @@ class Table(MutableMapping[Any, Any]):
         on_window_close: WindowCloseCallback | None = None,
         schema: Any = None,
         window: Any = None,
+        source: Topic | str | None = None,
+        versioned: Duration | None = None,
         **faust_options: Any,
     ) -> None:
         refuse_unknown(
@@ -134,6 +138,134 @@ class Table(MutableMapping[Any, Any]):
         self.late_records = "drop"
         #: Seconds of quiet input after which stream time follows the wall clock (None: off).
         self.idle_close: float | None = None
+        #: The topic this table is built from (None: agents write it).
+        self.source: Topic | None = None
+        #: A versioned table's history retention in ms (None: not versioned).
+        self.versioned_ms: int | None = None
+        #: The record time of each row (kept only when a join needs it: keep_times()).
+        self.times: joins.JoinStore | None = None
+        if source is not None:
+            self._from_topic(source, key_type, value_type, changelog_topic, versioned)
+        elif versioned is not None:
+            raise TopologyError(
+                f"table {name!r}: versioned= keeps the history of a table built from a topic; "
+                "pass source=topic too"
+            )
+
+    def _from_topic(
+        self,
+        source: Topic | str,
+        key_type: CodecSpec,
+        value_type: CodecSpec,
+        changelog_topic: str | None,
+        versioned: Duration | None,
+    ) -> None:
+        """A table built from a topic (Kafka Streams' ``builder.table``): its keys and values
+        are the topic's, written only by the topic's records (docs/joins.md)."""
+        topic = self.app.topic(source) if isinstance(source, str) else source
+        for what, given, topics in (
+            ("key_type", key_type, topic.key_type),
+            ("value_type", value_type, topic.value_type),
+        ):
+            if given is not None and given != topics:
+                raise TopologyError(
+                    f"table {self.name!r} is built from topic {topic.name!r}, whose {what} is "
+                    f"{topics!r}: its records are the table's, so it has the topic's types. "
+                    f"Drop {what}= (or declare the topic with {what}={given!r})"
+                )
+        if changelog_topic is not None:
+            raise TopologyError(
+                f"table {self.name!r} is built from topic {topic.name!r}: its changelog is that "
+                "topic (or one of its own, named by the app); drop changelog_topic="
+            )
+        self.source = topic
+        topic.feeds_tables = True
+        self.key_type, self.value_type = topic.key_type, topic.value_type
+        self.key_codec = self.user_key_codec = topic.key_codec
+        self.value_codec = self.user_value_codec = topic.value_codec
+        if versioned is not None:
+            self.versioned_ms = duration_ms(versioned, f"table {self.name!r}: versioned")
+            if self.versioned_ms <= 0:
+                raise TopologyError(f"table {self.name!r}: versioned= must be positive")
+
+    @property
+    def changelog_is_source(self) -> bool:
+        """Whether the source topic is the changelog (docs/joins.md, "Tables built from
+        topics"): for a compacted source (a second copy could only say the same), and for a
+        GlobalTable's (every worker reads it whole); not for a versioned table, whose store
+        holds versions, not the topic's records."""
+        source = self.source
+        if source is None or self.versioned_ms is not None:
+            return False
+        return self.is_global or "compact" in source.config.get("cleanup.policy", "")
+
+    def keep_times(self) -> joins.JoinStore:
+        """Keep each row's record time beside it (for table-table and foreign-key joins,
+        whose results carry the larger of their rows' times)."""
+        if self.times is None:
+            self.times = joins.times_store(self)
+        return self.times
+
+    # -- joins (docs/joins.md) ------------------------------------------------------------
+
+    def join(
+        self,
+        other: Any,
+        *fields: Any,
+        joiner: joins.Joiner | None = None,
+        foreign_key: Any = None,
+        name: str | None = None,
+    ) -> joins.JoinedTable:
+        """Inner table-table join: a read-only table of ``joiner(left, right)`` (default
+        ``Joined(left, right)``) for the keys both tables have, following both tables'
+        updates (``.changes()``, ``.to(topic)``). ``foreign_key=`` (a function of this table's
+        value, or a model field) joins each row with ``other``'s row of that key instead
+        (KIP-213). Both tables must be built from topics."""
+        return joins.table_join(
+            self.app,
+            joins.INNER,
+            self,
+            other,
+            fields,
+            joiner=joiner,
+            foreign_key=foreign_key,
+            name=name,
+        )
+
+    inner_join = join
+
+    def left_join(
+        self,
+        other: Any,
+        *fields: Any,
+        joiner: joins.Joiner | None = None,
+        foreign_key: Any = None,
+        name: str | None = None,
+    ) -> joins.JoinedTable:
+        """Left table-table (or foreign-key) join: every row of this table, with ``None``
+        where ``other`` has no partner."""
+        return joins.table_join(
+            self.app,
+            joins.LEFT,
+            self,
+            other,
+            fields,
+            joiner=joiner,
+            foreign_key=foreign_key,
+            name=name,
+        )
+
+    def outer_join(
+        self,
+        other: Any,
+        *fields: Any,
+        joiner: joins.Joiner | None = None,
+        name: str | None = None,
+    ) -> joins.JoinedTable:
+        """Outer table-table join: every key of either table, ``None`` on a missing side."""
+        return joins.table_join(
+            self.app, joins.OUTER, self, other, fields, joiner=joiner, name=name
+        )
 
     # -- windows (Faust's spelling; Kafka Streams' semantics) -----------------------------
 
@@ -239,6 +371,12 @@ class Table(MutableMapping[Any, Any]):
     ) -> WindowWrapper:
         if self.window is not None and self.window is not window:
             raise TopologyError(f"table {self.name!r} is already windowed ({self.window!r})")
+        if self.source is not None:
+            raise TopologyError(
+                f"table {self.name!r} is built from topic {self.source.name!r}: it holds the "
+                "topic's latest value per key and cannot be windowed; window a table an agent "
+                "writes"
+            )
         if late_records not in LATE_RECORDS:
             raise ValueError(f"late_records must be one of {LATE_RECORDS}, not {late_records!r}")
         self.window = window
@@ -304,6 +442,8 @@ class Table(MutableMapping[Any, Any]):
 
     @property
     def changelog_topic_name(self) -> str:
+        if self.source is not None and self.changelog_is_source:
+            return self.source.name
         return self._changelog_topic or names.changelog_topic(self.app.conf.id, self.name)
 
     @property
@@ -353,6 +493,11 @@ class Table(MutableMapping[Any, Any]):
         return tx
 
     def _writable(self) -> PartitionTransaction:
+        if self.source is not None:
+            raise TopologyError(
+                f"table {self.name!r} is built from topic {self.source.name!r}: only its records "
+                f"write it. Send the update to {self.source.name!r} instead"
+            )
         tx = self._transaction()
         if tx is None:
             raise TopologyError(

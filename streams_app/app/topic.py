@@ -8,7 +8,8 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from streams_app.app.windows import instant_ms
+from streams_app.app import joins
+from streams_app.app.windows import Duration, instant_ms
 from streams_app.codecs import Codec, CodecSpec, RecordCodec, codec_for
 from streams_app.errors import InvalidTimestamp, TopologyError
 from streams_app.topology.contract import SendFuture, current_runtime
@@ -88,6 +89,11 @@ class Topic:
         self.internal = internal
         #: The name already carries the app id (an agent's own topic), as Faust's flag.
         self.has_prefix = has_prefix
+        #: An internal topic partitioned like another topic (a foreign-key join's).
+        self.follows: str | None = None
+        #: Tables are built from it (``app.Table(name, source=topic)``): its tombstones delete
+        #: their keys, so they reach the tables even when its values are a Record model.
+        self.feeds_tables = False
 
     @staticmethod
     def topic_config(
@@ -212,7 +218,7 @@ class Topic:
         instead of crashing the agent that reads ``order.item``. Untyped topics (JSON, raw,
         str) deliver it, as Faust does, for agents that treat it as a delete.
         """
-        return not isinstance(self.value_codec, RecordCodec)
+        return self.feeds_tables or not isinstance(self.value_codec, RecordCodec)
 
     def use_timestamp_fn(self, fun: Callable[[Any], Any], owner: str) -> None:
         """An agent's ``timestamp_fn`` applies to its input topic: one per topic."""
@@ -247,6 +253,112 @@ class Topic:
             return partition_time
         raise InvalidTimestamp(
             f"{problem} (topic {self.name!r}, on_invalid_timestamp={self.on_invalid_timestamp!r})"
+        )
+
+    # -- joins (Faust's names, Kafka Streams' semantics: docs/joins.md) ----------------------
+
+    def join(
+        self,
+        other: Any,
+        *fields: Any,
+        joiner: joins.Joiner | None = None,
+        key: Any = None,
+        within: Duration | None = None,
+        before: Duration | None = None,
+        after: Duration | None = None,
+        grace: Duration | None = None,
+        idle_close: Duration | None = None,
+        name: str | None = None,
+    ) -> joins.JoinedStream:
+        """Inner join of this topic's records (a stream) with ``other``:
+
+        - a table built from a topic (``app.Table(n, source=topic)``): each record meets the
+          table's value for its key when it is processed (a versioned table: as of the
+          record's time; ``grace=`` lets records wait that long for late table updates);
+        - a GlobalTable: ``key=`` (a function of the value, or a model field) maps the record
+          to the table's key (default: the record's key);
+        - another topic: a windowed stream-stream join, records of the same key at most
+          ``within=`` apart (or ``before=``/``after=``), ``grace=`` for late records.
+
+        Results keep this record's key and timestamp (stream-stream: the later of the two);
+        their value is ``joiner(left, right)``, or ``Joined(left, right)`` without a joiner.
+        ``idle_close=``: see docs/joins.md (opt-in final results when input goes quiet).
+        """
+        return joins.stream_join(
+            self.app,
+            joins.INNER,
+            self,
+            other,
+            fields,
+            joiner=joiner,
+            key=key,
+            within=within,
+            before=before,
+            after=after,
+            grace=grace,
+            idle_close=idle_close,
+            name=name,
+        )
+
+    inner_join = join
+
+    def left_join(
+        self,
+        other: Any,
+        *fields: Any,
+        joiner: joins.Joiner | None = None,
+        key: Any = None,
+        within: Duration | None = None,
+        before: Duration | None = None,
+        after: Duration | None = None,
+        grace: Duration | None = None,
+        idle_close: Duration | None = None,
+        name: str | None = None,
+    ) -> joins.JoinedStream:
+        """Left join: as :meth:`join`, and a record without a partner is a result too, with
+        ``None`` on the right (stream-stream: once its window has closed unmatched)."""
+        return joins.stream_join(
+            self.app,
+            joins.LEFT,
+            self,
+            other,
+            fields,
+            joiner=joiner,
+            key=key,
+            within=within,
+            before=before,
+            after=after,
+            grace=grace,
+            idle_close=idle_close,
+            name=name,
+        )
+
+    def outer_join(
+        self,
+        other: Any,
+        *fields: Any,
+        joiner: joins.Joiner | None = None,
+        within: Duration | None = None,
+        before: Duration | None = None,
+        after: Duration | None = None,
+        grace: Duration | None = None,
+        idle_close: Duration | None = None,
+        name: str | None = None,
+    ) -> joins.JoinedStream:
+        """Outer stream-stream join: as :meth:`left_join`, for records of either side."""
+        return joins.stream_join(
+            self.app,
+            joins.OUTER,
+            self,
+            other,
+            fields,
+            joiner=joiner,
+            within=within,
+            before=before,
+            after=after,
+            grace=grace,
+            idle_close=idle_close,
+            name=name,
         )
 
     def encode(self, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:

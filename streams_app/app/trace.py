@@ -67,6 +67,10 @@ class _Tracer:
         )
         return TracingStream(self, target.name)
 
+    def rejoin(self, stream: Stream, how: str, other: Any, options: dict[str, Any]) -> Stream:
+        joined = self.app.declare_stream_join(self.agent, stream.topic, how, other, options)
+        return TracingStream(self, joined.name)
+
 
 def trace_agents(app: App) -> dict[str, str | None]:
     """Run each agent up to its first ``async for``; agent name -> None when the trace got

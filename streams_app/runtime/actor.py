@@ -17,7 +17,7 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from streams_app.aio import cancel_and_wait, within
 from streams_app.app.stream import SKIP, Processor, Stream
@@ -108,6 +108,20 @@ class Actor:
     ) -> Stream:
         return self.runner.regroup(self, stream, key, name=name, partitions=partitions, topic=topic)
 
+    def rejoin(self, stream: Stream, how: str, other: Any, options: dict[str, Any]) -> Stream:
+        return self.runner.rejoin(self, stream, how, other, options)
+
+
+class Feeder(Protocol):
+    """What the dispatcher hands each record of a topic to, besides the agents, in the
+    record's transaction (``current_event`` set) and in its task's timestamp order: a
+    ``group_by`` forwarder, a table built from the topic, a join reading it."""
+
+    #: Names it in a failure (``group_by:<topic>``, ``table:<name>``, ``join:<name>``).
+    label: str
+
+    async def forward(self, event: Event) -> None: ...
+
 
 class Forwarder:
     """The first half of a ``group_by``/``through``: the stream's processors (``filter``...),
@@ -124,6 +138,7 @@ class Forwarder:
         self.target = target
         self.source = source
         self.processors = processors
+        self.label = f"group_by:{target.name}"
 
     async def forward(self, event: Event) -> None:
         runtime = current_runtime.get()
@@ -155,7 +170,7 @@ class AgentRunner:
         # topic or channel name -> agent -> its actors (a record of partition p goes to
         # actors[p % len(actors)] of every agent); topic -> forwarders (group_by, through)
         self.routes: dict[str, dict[str, list[Actor]]] = {}
-        self.forwarders: dict[str, list[Forwarder]] = {}
+        self.forwarders: dict[str, list[Feeder]] = {}
         self._forwarder_keys: set[tuple[str, str]] = set()
         #: Partition count of each topic, once the topology is planned (isolated_partitions).
         self.partition_counts: dict[str, int] = {}
@@ -218,20 +233,32 @@ class AgentRunner:
             self.forwarders.setdefault(source.name, []).append(
                 Forwarder(key, target, source, stream.processors)
             )
-        # The actor stops receiving the source topic and reads the target topic instead.
-        by_agent = self.routes.get(source.name, {})
+        return self._reroute(actor, stream, target.name)
+
+    def rejoin(
+        self, actor: Actor, stream: Stream, how: str, other: Any, options: dict[str, Any]
+    ) -> Stream:
+        """``stream.join(...)`` in an actor: the app declares the join (as a trace of the agent
+        did); the actor reads the join's results instead of the topic."""
+        joined = self.app.declare_stream_join(actor.agent, stream.topic, how, other, options)
+        return self._reroute(actor, stream, joined.name)
+
+    def _reroute(self, actor: Actor, stream: Stream, target: str) -> Stream:
+        """The actor stops receiving ``stream``'s topic and reads ``target`` instead."""
+        agent = actor.agent
+        by_agent = self.routes.get(stream.topic, {})
         actors = by_agent.get(agent.name, [])
         if actor in actors:
             actors.remove(actor)
             if not actors:
                 by_agent.pop(agent.name)
             if not by_agent:
-                self.routes.pop(source.name, None)
-        regrouped = Stream(actor, target.name)
-        actor.input = regrouped
+                self.routes.pop(stream.topic, None)
+        rerouted = Stream(actor, target)
+        actor.input = rerouted
         stream.mark_idle()  # the source stream is fed no more: nothing will ever be pending
-        self._route(target.name, actor)
-        return regrouped
+        self._route(target, actor)
+        return rerouted
 
     def _route(self, topic: str, actor: Actor) -> None:
         actors = self.routes.setdefault(topic, {}).setdefault(actor.agent.name, [])

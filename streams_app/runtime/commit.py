@@ -11,6 +11,8 @@ Exactly-once v2 commit, for all tasks of the worker in **one** Kafka transaction
 1. **Changelog.** Each task's pending table writes are encoded once and sent to the table's
    changelog partition (the task's partition) — one record per changed key, the latest value.
    They join the transaction that already holds every output record sent while processing.
+   (A table built from a compacted topic has that topic as its changelog: nothing to send,
+   its records are there already; its store's changelog offset is the task's offset on it.)
 2. **Send gate.** Flush, then check every send of the transaction. aiokafka would commit a
    transaction whose sends failed; one failure here turns the commit into an abort.
 3. **Offsets.** TxnOffsetCommit (v3) with the offsets of every task — the next record to
@@ -267,6 +269,10 @@ class Committer:
         for task, seal in zip(tasks, sealed, strict=True):
             for table_name, tx in task.tables.items():
                 if tx.sealed:
+                    source = self._source_partition(task, table_name)
+                    if source is not None:
+                        tx.commit_sealed(seal.offsets[source])
+                        continue
                     future = task.changelog_last.pop(table_name)
                     tx.commit_sealed(self._next_changelog_offset(tx, future))
             task.changelog_last.clear()
@@ -277,9 +283,15 @@ class Committer:
             self.producer.drop_held()  # the abort that follows undoes what sent them
         return failed
 
+    def _source_partition(self, task: Task, table_name: str) -> TopicPartition | None:
+        """The task's input partition that is ``table_name``'s changelog (a table built from a
+        compacted topic), or None (a changelog of its own)."""
+        tp = TopicPartition(self._changelog_topic(table_name), task.id.partition)
+        return tp if tp in task.offsets else None
+
     async def _send_changelog(self, task: Task) -> None:
         for table_name, tx in task.tables.items():
-            if not tx.dirty:
+            if not tx.dirty or self._source_partition(task, table_name) is not None:
                 continue
             topic = self._changelog_topic(table_name)
             future = await self.producer.send_records(
@@ -311,6 +323,10 @@ class Committer:
     def _apply_state(self, task: Task) -> None:
         for table_name, tx in task.tables.items():
             if not tx.dirty:
+                continue
+            source = self._source_partition(task, table_name)
+            if source is not None:
+                tx.commit(task.offsets[source])
                 continue
             future = task.changelog_last.pop(table_name)
             tx.commit(self._next_changelog_offset(tx, future))

@@ -9,7 +9,7 @@ has processed and what is committed, and holds its pending table writes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from streams_app.errors import TopologyError
 from streams_app.runtime.partition_group import PartitionGroup
@@ -56,6 +56,7 @@ class Task:
         "committed_partition_times",
         "committed_table_times",
         "id",
+        "join_states",
         "late",
         "offsets",
         "partition_count",
@@ -107,6 +108,9 @@ class Task:
         self.committed_table_times: dict[str, int] = {}
         #: Windowed table -> its windows in this task (rebuilt after every abort).
         self.windowed_states: dict[str, WindowedState] = {}
+        #: A join's (or versioned table's) views over its stores in this task: in-memory hints
+        #: valid within one line of transactions, so rebuilt after every abort (:meth:`join_state`).
+        self.join_states: dict[str, Any] = {}
         #: Records late for a windowed table since the last batch ended: (event, table, the
         #: table's observed stream time when it was judged late).
         self.late: list[tuple[Event, TableLike, int]] = []
@@ -134,6 +138,12 @@ class Task:
                 tx = self.open_table(table)
             observed = self.committed_table_times.get(table.name, UNKNOWN)
             state = self.windowed_states[table.name] = table.open_windowed(tx, observed)
+        return state
+
+    def join_state(self, name: str, opener: Callable[[], Any]) -> Any:
+        state = self.join_states.get(name)
+        if state is None:
+            state = self.join_states[name] = opener()
         return state
 
     def record_late(self, event: Event, table: TableLike) -> None:
@@ -224,6 +234,7 @@ class Task:
         self.touched = False
         self.partition_times = dict(self.committed_partition_times)
         self.windowed_states.clear()
+        self.join_states.clear()
         self.late.clear()
         self.timer_due.clear()
         paused: list[TopicPartition] = []

@@ -22,7 +22,7 @@ from streams_app.runtime.task import RESTORING, RUNNING, GroupFactory, Task, Tas
 from streams_app.state.base import PartitionTransaction, Store, StorePartition
 from streams_app.state.cache import ReadCache
 from streams_app.state.errors import ChangelogBeyondEnd
-from streams_app.state.restore import RestoreResult, restore_partitions
+from streams_app.state.restore import Accept, RestoreResult, restore_partitions
 from streams_app.topology.plan import TopologyPlan
 from streams_app.transport.base import AdminClient, ConsumerClient, TopicPartition
 
@@ -46,6 +46,9 @@ class TaskManager:
         self.standbys: dict[TaskId, StandbyTask] = {}
         #: Reports restores (log lines or a progress bar, metrics); set by the worker.
         self.progress: RestoreProgress | None = None
+        #: Source topic -> whether restore applies one of its records (what processing would
+        #: not dead-letter), for tables whose changelog is their source topic; set by the worker.
+        self.source_filters: Mapping[str, Accept] = {}
 
     def task_id(self, tp: TopicPartition) -> TaskId:
         count = self.plan.partition_counts[tp.topic]
@@ -168,8 +171,19 @@ class TaskManager:
     ) -> None:
         """Restore the tables of ``tasks`` and mark them running."""
         partitions: dict[TopicPartition, StorePartition] = {}
+        #: A table's changelog that is its source topic, an input of the task: restored up
+        #: to the task's committed offset on it (state/restore.py).
+        limits: dict[TopicPartition, int] = {}
+        accept: dict[TopicPartition, Accept] = {}
         for task in tasks:
-            partitions.update(self.changelog_partitions(task))
+            changelogs = self.changelog_partitions(task)
+            partitions.update(changelogs)
+            for tp in changelogs:
+                if tp in task.partitions:
+                    limits[tp] = task.committed.get(tp, 0)
+                    found = self.source_filters.get(tp.topic)
+                    if found is not None:
+                        accept[tp] = found
         if partitions:
             progress = self.progress
             if progress is not None:
@@ -177,7 +191,13 @@ class TaskManager:
             ok = False
             try:
                 results = await restore_partitions(
-                    partitions, consumer, admin, stall_timeout=timeout, on_progress=progress
+                    partitions,
+                    consumer,
+                    admin,
+                    stall_timeout=timeout,
+                    on_progress=progress,
+                    limits=limits,
+                    accept=accept,
                 )
                 ok = True
             except ChangelogBeyondEnd as exc:

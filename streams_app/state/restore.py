@@ -41,6 +41,15 @@ transactions are never applied (the consumer is ``read_committed``), whichever r
 And a restoring task processes nothing until its partitions reach the end, so no commit of the
 task ever starts from a partly restored store.
 
+**A table whose changelog is its source topic** (a table built from a compacted topic,
+docs/joins.md) is restored only up to the offset its task has *committed* on that topic
+(``limits``), not to the end: what lies beyond was not processed yet, and restoring it would
+let earlier stream records meet later table values. A store beyond that offset (a standby
+tails the topic to its end) is wiped and restored from the beginning. Each of its records goes
+through ``accept`` first: a record processing dead-letters (undecodable, no valid time) is
+skipped by restore too, and the others are stored as processing encodes them (a JSON key
+written with other spacing is the same row), so restored state equals processed state.
+
 A read_committed consumer cannot read past an open transaction. If the previous owner of a
 partition left one open (a zombie, or a crashed worker that is not restarted on the same state
 dir), restore waits for the broker to abort it (``transaction.timeout.ms``); a partition that
@@ -121,6 +130,10 @@ class RestoreResult:
 
 
 ProgressCallback = Callable[[TopicPartition, int, int], None]
+#: What restore applies of a source topic's record serving as a changelog: the bytes processing
+#: would have stored (key, value: None for a tombstone), or None where processing
+#: dead-lettered it (then it changed nothing).
+Accept = Callable[[RecordLike], "tuple[bytes, bytes | None] | None"]
 
 
 def _name(tp: TopicPartition) -> str:
@@ -172,8 +185,12 @@ async def restore_partitions(
     poll_timeout_ms: int = 50,
     max_records: int | None = None,
     on_progress: ProgressCallback | None = None,
+    limits: Mapping[TopicPartition, int] | None = None,
+    accept: Mapping[TopicPartition, Accept] | None = None,
 ) -> dict[TopicPartition, RestoreResult]:
-    """Bring each store partition up to the end of its changelog partition.
+    """Bring each store partition up to the end of its changelog partition (or to its
+    ``limits`` offset: a source topic serving as changelog, read up to the committed offset;
+    its records filtered by ``accept``; see the module doc).
 
     ``partitions`` maps each changelog partition to the store partition it restores. The
     ``consumer`` must be a started, ``read_committed`` consumer in no group, dedicated to
@@ -195,6 +212,10 @@ async def restore_partitions(
     tps = list(partitions)
     # Both at once: one round trip instead of two before anything is read.
     beginnings, ends = await asyncio.gather(admin.beginning_offsets(tps), admin.end_offsets(tps))
+    limits = limits or {}
+    for tp, limit in limits.items():
+        if tp in ends:
+            ends[tp] = max(beginnings[tp], min(ends[tp], limit))
 
     results: dict[TopicPartition, RestoreResult] = {}
     # changelog partition -> (stored offset before restore, wiped?, start offset, end offset)
@@ -202,14 +223,14 @@ async def restore_partitions(
     beyond = {
         (tp[0], tp[1]): (stored, ends[tp])
         for tp, part in partitions.items()
-        if (stored := part.changelog_offset) is not None and stored > ends[tp]
+        if (stored := part.changelog_offset) is not None and stored > ends[tp] and tp not in limits
     }
     if beyond:  # nothing is wiped: every partition concerned is named at once
         raise ChangelogBeyondEnd(beyond)
     for tp, part in partitions.items():
         begin, end = beginnings[tp], ends[tp]
         stored = part.changelog_offset
-        start, wiped = resume_offset(tp, part, begin, end, refuse=True)
+        start, wiped = resume_offset(tp, part, begin, end, refuse=tp not in limits)
         if start >= end:
             if part.changelog_offset != end:
                 part.write({}, end)
@@ -241,6 +262,8 @@ async def restore_partitions(
                 poll_timeout_ms,
                 max_records,
                 on_progress,
+                accept or {},
+                limits,
             )
         )
     finally:
@@ -259,8 +282,10 @@ async def _read(
     poll_timeout_ms: int,
     max_records: int | None,
     on_progress: ProgressCallback | None,
+    accept: Mapping[TopicPartition, Accept],
+    limited: Collection[TopicPartition],
 ) -> dict[TopicPartition, RestoreResult]:
-    run = _Run(plans, partitions, started)
+    run = _Run(plans, partitions, started, accept, limited)
     try:
         while run.pending:
             fetched = await consumer.getmany(poll_timeout_ms, max_records)
@@ -303,9 +328,14 @@ class _Run:
         plans: Mapping[TopicPartition, tuple[int | None, bool, int, int]],
         partitions: Mapping[TopicPartition, StorePartition],
         started: float,
+        accept: Mapping[TopicPartition, Accept] | None = None,
+        limited: Collection[TopicPartition] = (),
     ) -> None:
         now = time.monotonic()
         self.partitions = partitions
+        self.accept = accept or {}
+        #: Partitions read up to a limit below their end (a source topic's committed offset).
+        self.limited = set(limited)
         self.started = started
         self.pending = dict(plans)
         self.results: dict[TopicPartition, RestoreResult] = {}
@@ -318,11 +348,24 @@ class _Run:
         self.checked_at = dict.fromkeys(plans, now)
 
     def apply(self, tp: TopicPartition, records: Sequence[RecordLike], now: float) -> None:
+        end = self.pending[tp][3]
+        if records[-1].offset >= end:  # a limit below the high watermark (a source topic)
+            records = [r for r in records if r.offset < end]
+            if not records:
+                return
+        accept = self.accept.get(tp)
         batch: dict[bytes, bytes | None] = {}
         for record in records:
             key = record.key
             if key is None:
                 self.keyless += 1
+                continue
+            if accept is not None:
+                stored = accept(record)
+                if stored is None:
+                    continue  # processing dead-lettered it: it changed nothing
+                batch[stored[0]] = stored[1]
+                self.counts[tp] += 1
                 continue
             batch[key] = record.value  # later records overwrite: latest write wins
             self.counts[tp] += 1
@@ -356,7 +399,10 @@ class _Run:
                 on_progress(tp, position, end)
         if position >= end:
             part = self.partitions[tp]
-            # The tail may end in markers or aborted records: store the position past them.
+            # The tail may end in markers or aborted records: store the position past them
+            # (not past a limit: a source topic's records beyond it are not processed yet).
+            if tp in self.limited:
+                position = end
             if part.changelog_offset != position:
                 part.write({}, position)
             self.checkpoint(tp, now)

@@ -30,7 +30,7 @@ visible to everything the agent awaits while processing it, and to nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -154,6 +154,12 @@ class TaskScope(Protocol):
 
     def windowed(self, table: TableLike) -> WindowedState:
         """The task's windows of a windowed ``table`` (opened on first use)."""
+        ...
+
+    def join_state(self, name: str, opener: Callable[[], Any]) -> Any:
+        """The task's state ``name`` of a join or a versioned table (views over its stores,
+        with in-memory hints): ``opener()`` makes it on first use; dropped at every abort, as
+        :meth:`windowed`'s."""
         ...
 
     def record_late(self, event: Event, table: TableLike) -> None:

@@ -6,7 +6,10 @@
 - ``group_by(..., name=N)`` repartitions through ``<agent name>-<source topic>-N-repartition``
   (without the agent prefix when the source is the agent's own topic, whose name has it);
 - a table's changelog is ``<app id>-<table>-changelog``;
-- the leader election topic is ``<app id>-__assignor-__leader`` (one partition).
+- the leader election topic is ``<app id>-__assignor-__leader`` (one partition);
+- a foreign-key join's internal topics are ``<app id>-<join>-subscription`` and
+  ``<app id>-<join>-response`` (Kafka Streams: ``...-subscription-registration-topic`` and
+  ``...-subscription-response-topic``; Faust has no joins).
 """
 
 from __future__ import annotations
@@ -70,3 +73,7 @@ def changelog_topic(app_id: str, table: str) -> str:
 
 def leader_topic(app_id: str) -> str:
     return f"{app_id}-__assignor-__leader"
+
+
+def join_topic(app_id: str, join: str, role: str) -> str:
+    return f"{app_id}-{join}-{role}"

@@ -19,6 +19,13 @@ The rules, as Faust and Kafka Streams have them:
   worker's ``topic_partitions``, else an error); a non-global table must share a group's count
   (its partitions live in that group's tasks); its changelog is compacted, with as many
   partitions;
+- a table built from a topic has its source's partition count, and the source is an input of
+  that group (a GlobalTable's source is read by every worker, outside the group); when its
+  changelog is its source topic, no changelog is created;
+- a join's inputs must be co-partitioned (same partition count), except a GlobalTable's and a
+  foreign-key join's; the stores a join keeps have its left input's count (they live in its
+  tasks); a foreign-key join's subscription topic has the right table's count, its response
+  topic the left's;
 - each input topic has a dead-letter topic with as many partitions (source order is kept);
 - the leader topic (one partition) exists when something runs on the leader only.
 """
@@ -184,8 +191,13 @@ def plan_topology(
             dict(declared.config),
             declared.replicas,
         )
+    # 2b. Internal topics partitioned like another topic (a foreign-key join's).
+    for topic in description.topics:
+        if topic.internal and topic.follows is not None:
+            want(topic.name, _count(counts, topic.follows, f"topic {topic.name!r}"))
     if leader is not None:
         want(leader, 1)
+    _check_copartitioned(description, counts)
 
     groups = {count: index for index, count in enumerate(sorted({counts[t] for t in inputs}))}
     data_counts = sorted({counts[t] for t in inputs if t != leader})
@@ -196,6 +208,15 @@ def plan_topology(
     table_partitions: dict[str, int] = {}
     for table in description.tables:
         partitions = table.partitions
+        if table.follows is not None:
+            follows = _count(counts, table.follows, f"table {table.name!r}")
+            if partitions is not None and partitions != follows:
+                raise TopologyError(
+                    f"table {table.name!r} declares {partitions} partitions but is built from "
+                    f"{table.follows!r}, which has {follows}: drop partitions= (a table built "
+                    "from a topic has the topic's partitions)"
+                )
+            partitions = follows
         if partitions is None:
             if len(data_counts) == 1:
                 partitions = data_counts[0]
@@ -225,9 +246,12 @@ def plan_topology(
                 f"changelog topic {changelog!r} has {existing[changelog]} partitions, table "
                 f"{table.name!r} has {partitions}: they must match"
             )
-        want(changelog, partitions, {"cleanup.policy": "compact"})
+        if not table.changelog_is_source and not (table.is_global and table.source):
+            want(changelog, partitions, {"cleanup.policy": "compact"})
         changelogs[table.name] = changelog
         table_partitions[table.name] = partitions
+        if table.is_global and table.source is not None:
+            continue  # every worker reads its source outside the group (runtime/global_tables)
         if partitions in groups:
             tables_by_group.setdefault(groups[partitions], []).append(table.name)
 
@@ -259,6 +283,32 @@ def plan_topology(
         stages=_stages(inputs, description.repartition_sources, leader),
         to_create=missing,
     )
+
+
+def _count(counts: Mapping[str, int], topic: str, what: str) -> int:
+    if topic not in counts:
+        raise TopologyError(f"{what} follows topic {topic!r}, which the app does not declare")
+    return counts[topic]
+
+
+def _check_copartitioned(description: TopologyDescription, counts: Mapping[str, int]) -> None:
+    """The two inputs of a stream-table, stream-stream or table-table join meet in one task: the
+    same partition count (and the same keys in the same partitions, which only the producers
+    can ensure)."""
+    for join in description.joins:
+        if not join.copartitioned or join.right_topic is None:
+            continue
+        left = counts.get(join.left_topic)
+        right = counts.get(join.right_topic)
+        if left is None or right is None or left == right:
+            continue
+        raise TopologyError(
+            f"join {join.name!r} ({join.kind}) reads {join.left_topic!r} with {left} partitions "
+            f"and {join.right_topic!r} with {right}: the two inputs of a {join.kind} join must be "
+            "co-partitioned (same partition count, each key in the same partition). Re-key the "
+            f"stream side with group_by(..., partitions={right}) and join the regrouped stream, "
+            "or recreate one topic with the other's count"
+        )
 
 
 def topic_stages(inputs: list[str], repartition_sources: Mapping[str, str]) -> dict[str, int]:

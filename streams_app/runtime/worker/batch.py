@@ -22,6 +22,7 @@ from typing import Any
 from streams_app.runtime.actor import AgentRunner
 from streams_app.runtime.clock import Clock
 from streams_app.runtime.errors_policy import ErrorPolicy, Failure
+from streams_app.runtime.joins.runtime import JoinRuntime
 from streams_app.runtime.measured_commit import MeasuredCommitter
 from streams_app.runtime.metrics import WorkerMetrics
 from streams_app.runtime.pacing import FetchPacer
@@ -62,6 +63,7 @@ class BatchProcessor:
         metrics: WorkerMetrics,
         pacer: FetchPacer,
         watchdog: Watchdog,
+        joins: JoinRuntime | None = None,
     ) -> None:
         self.conf = conf
         self.clock = clock
@@ -79,6 +81,8 @@ class BatchProcessor:
         self.pacer = pacer
         #: Waits for the agents with the processing timeout (runtime/watchdog.py).
         self.watchdog = watchdog
+        #: Tables built from topics and join processors: their end-of-batch door.
+        self.joins = joins if joins is not None and joins.has_after_batch else None
         self.records_processed = 0
         #: Of those, the ones processed while a commit was in flight (process_during_commit).
         self.processed_during_commit = 0
@@ -128,11 +132,24 @@ class BatchProcessor:
             await self.settle()
         if not self.punctuator.idle:
             await self.punctuate(self.tasks.running())
+        if self.joins is not None:
+            await self.joins_after_batch()
         await self.sync_positions(batch)
         took = time.perf_counter() - started
         self.metrics.batch_seconds.observe(took)
         if paced:
             self.pacer.observe(self.records_processed - processed_before, took)
+
+    async def joins_after_batch(self) -> None:
+        """Joins release what stream time made due (into the transaction; agents reading
+        them settle again); a joiner that raised fails like an agent."""
+        assert self.joins is not None
+        try:
+            await self.joins.after_batch(self.tasks.running())
+        except CallbackFailed as exc:
+            failure = Failure.of(exc.what, exc.error, None, replayed=True)
+            raise AgentFailed([failure]) from exc
+        await self.settle()
 
     # -- until the agents are done ------------------------------------------------------------
 

@@ -162,8 +162,7 @@ class RecordDispatcher:
                     for forwarder in forwarders:
                         await forwarder.forward(event)
                 except Exception as exc:
-                    name = f"group_by:{forwarder.target.name}"
-                    raise AgentFailed([Failure.of(name, exc, event)]) from exc
+                    raise AgentFailed([Failure.of(forwarder.label, exc, event)]) from exc
                 finally:
                     in_processing.reset(scope)
                     current_event.reset(token)

@@ -46,6 +46,7 @@ from streams_app.runtime.dead_letters import DeadLetters
 from streams_app.runtime.errors_policy import ErrorPolicy
 from streams_app.runtime.gc_tuning import young_generation
 from streams_app.runtime.global_tables import GlobalTables
+from streams_app.runtime.joins.runtime import JoinRuntime
 from streams_app.runtime.lag import running_lag
 from streams_app.runtime.measured_commit import MeasuredCommitter
 from streams_app.runtime.metrics import WorkerMetrics
@@ -154,6 +155,8 @@ class Worker:
         self.metrics = WorkerMetrics()
         #: The web server (None: web_enabled is off, or not started yet).
         self.web: WebServer | None = None
+        #: Tables built from topics and the join processors (made at start).
+        self.joins: JoinRuntime | None = None
         self._parts: Started | None = None
         self._catch_up: asyncio.Task[None] | None = None
 
@@ -370,6 +373,9 @@ class Worker:
         self.runner.start()
         await self.runner.wait_started(timeout=30.0)
         description = self.app.describe(trace=False)
+        # Tables built from topics and join processors, fed with the agents (runtime/joins).
+        self.joins = JoinRuntime(self.app, self.runner)
+        self.joins.build()
         plan = await provision(description, admin, conf)
         self.app.resolve_table_partitions(plan.table_partitions)
         written = [
@@ -389,6 +395,7 @@ class Worker:
         tasks = TaskManager(
             plan, self.stores, self.memory.cache, group_factory=self._partition_group
         )
+        tasks.source_filters = self.joins.restore_filters()
         tasks.progress = RestoreProgress(
             self.metrics, conf.progress_interval, stream=interactive_stream(log)
         )

@@ -193,6 +193,7 @@ def wire(
         worker.metrics,
         worker.pacer,
         worker.watchdog,
+        joins=worker.joins,
     )
     failures = FailureHandler(
         conf,

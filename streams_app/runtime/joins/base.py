@@ -1,0 +1,179 @@
+"""What every join processor has: its declaration, its per-task state, and where results go.
+
+A *join processor* runs one declared join (:class:`~streams_app.app.joins.Join`) in a worker.
+The runtime (:mod:`streams_app.runtime.joins.runtime`) builds one per join from the registry
+of kinds (:data:`streams_app.runtime.joins.PROCESSORS`) and drives it through four doors, all
+inside the worker's transaction:
+
+- **records** (:meth:`JoinProcessor.feeders`): each record of a topic the join reads, as the
+  dispatcher hands it over with the agents' (``current_event`` set, in the task's timestamp
+  order across its co-partitioned inputs: ``runtime/partition_group.py``);
+- **table changes** (:meth:`JoinProcessor.table_listeners`): each update of a table built from
+  a topic, after the table applied it, with the old and the new value;
+- **the end of each batch** (:meth:`JoinProcessor.after_batch`): release due results, expire;
+- **idle close** (:meth:`JoinProcessor.on_idle`, joins declared with ``idle_close=``): the
+  task's inputs of the join have been idle that long, with nothing left to fetch.
+
+What a processor writes it writes to its stores (:class:`~streams_app.app.joins.JoinStore`, one
+partition per task, opened through the task like any table), so it commits with the input
+offsets and the outputs, and a restore after a crash gives the state that committed. Its views
+over those stores (with in-memory hints) are per-task state, :meth:`JoinProcessor.state`,
+dropped at every abort. Results go out through :meth:`JoinProcessor.emit`: to the join's
+topics (``.to()``) through the record collector, in the transaction, and to the agents reading
+the join's results, fed in the same task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from streams_app.runtime.scope import in_processing
+from streams_app.topology.contract import Event, TaskScope, current_task
+
+if TYPE_CHECKING:
+    from streams_app.app.joins import Join, JoinStore
+    from streams_app.runtime.actor import Feeder
+    from streams_app.runtime.task import Task
+    from streams_app.state.base import PartitionTransaction
+
+#: ``listener(event, key, old, new)``: a table built from a topic changed ``key`` (old/new:
+#: the values before and after, ``MISSING`` where there was none, None... never: a tombstone
+#: is ``MISSING`` after).
+TableListener = Callable[[Event, Any, Any, Any], Awaitable[None]]
+
+
+#: The agents reading a join's results, by the join's name: for each agent, its actors (the
+#: runner's ``actor_lists``).
+Readers = Callable[[str], list[list[Any]]]
+
+
+class JoinProcessor:
+    """Base of the processors of every join kind (module doc). Subclasses set :attr:`kind`
+    and implement what their kind uses of the four doors."""
+
+    #: The JoinDecl kind it runs (``stream-table``, ``stream-stream``, ...).
+    kind: ClassVar[str]
+
+    def __init__(self, join: Join, readers: Readers) -> None:
+        self.join = join
+        self.name = join.name
+        self.label = f"join:{join.name}"
+        self._readers = readers
+        self._left_key = join.left_topic.key_codec.dumps
+
+    # -- the four doors (override what the kind uses) ------------------------------------
+
+    def feeders(self) -> Iterable[tuple[str, Feeder]]:
+        """``(topic, feeder)``: the topics whose records the join reads itself."""
+        return ()
+
+    def table_listeners(self) -> Iterable[tuple[str, TableListener]]:
+        """``(table name, listener)``: the tables whose changes the join follows."""
+        return ()
+
+    async def after_batch(self, task: Task) -> None:
+        """After every batch, for each running task (release due results, expire)."""
+
+    async def on_idle(self, task: Task, now_ms: int) -> bool:
+        """Idle close: the task's inputs of this join have been idle ``idle_close``; move the
+        join's stream time up to ``now_ms`` (never back) and emit what closes. True when it
+        changed anything (a commit is then requested)."""
+        return False
+
+    @property
+    def has_after_batch(self) -> bool:
+        return type(self).after_batch is not JoinProcessor.after_batch
+
+    # -- state -----------------------------------------------------------------------------
+
+    def state(self, task: TaskScope) -> Any:
+        """The join's per-task state (:meth:`open` on first use, dropped at every abort)."""
+        return task.join_state(self.label, lambda: self.open(task))
+
+    def open(self, task: TaskScope) -> Any:
+        """Make the per-task state: views over the join's stores in ``task``."""
+        return None
+
+    def store(self, task: TaskScope, role: str) -> PartitionTransaction:
+        """The task's open transaction of the join's store ``role``."""
+        store: JoinStore = self.join.stores[role]
+        tx = task.tables.get(store.name)
+        return tx if tx is not None else task.open_table(store)
+
+    # -- results ---------------------------------------------------------------------------
+
+    async def emit(
+        self,
+        task: TaskScope,
+        key: Any,
+        value: Any,
+        timestamp: int,
+        trigger: Event | None = None,
+    ) -> None:
+        """A result: ``key`` and ``value`` (None: a tombstone) at ``timestamp`` (ms), to the
+        join's topics and to the agents reading it. ``trigger``: the record that made it (its
+        position is the result's, so an agent failing on it retries or dead-letters that
+        record); None for results released by time (end of batch, idle close)."""
+        join = self.join
+        for topic in join.sinks:
+            await topic.send(key=key, value=value, timestamp=timestamp / 1000)
+        readers = self._readers(self.name)
+        if not readers:
+            return
+        if trigger is not None:
+            raw_key = trigger.raw_key if key is trigger.key else _dumps(self._left_key, key)
+            event = Event(
+                trigger.topic,
+                trigger.partition,
+                trigger.offset,
+                timestamp,
+                key,
+                value,
+                trigger.headers,
+                raw_key,
+                None,
+                task,
+            )
+        else:
+            event = Event(
+                self.name,
+                task.partition,
+                -1,
+                timestamp,
+                key,
+                value,
+                (),
+                _dumps(self._left_key, key),
+                None,
+                task,
+            )
+        partition = task.partition
+        for actors in readers:
+            actors[partition % len(actors)].input.feed(event)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+def _dumps(dumps: Callable[[Any], bytes], key: Any) -> bytes | None:
+    return None if key is None else dumps(key)
+
+
+class TaskContext:
+    """What the end-of-batch and idle doors run in: the task's transaction (``current_task``
+    for tables, ``in_processing`` for sends), as a record's processing would."""
+
+    __slots__ = ("_processing", "_task", "task")
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    def __enter__(self) -> Task:
+        self._processing = in_processing.set(True)
+        self._task = current_task.set(self.task)
+        return self.task
+
+    def __exit__(self, *_: object) -> None:
+        current_task.reset(self._task)
+        in_processing.reset(self._processing)

@@ -1,0 +1,152 @@
+"""Stream-table and stream-GlobalTable joins (Kafka Streams' ``KStreamKTableJoin`` and
+``KStreamGlobalKTableJoin``; docs/joins.md).
+
+Only the stream side triggers: each stream record, as the dispatcher hands it over in its
+task's timestamp order with the table's source partition, meets the table's row for its key as
+the table is *then* (a versioned table: the row as of the record's time, KIP-914). A table
+update emits nothing. The result keeps the stream record's key and timestamp.
+
+- A stream record without a value is dropped (Kafka Streams counts it as dropped).
+- A stream record without a key: an inner join drops it; a left join emits it with ``None``
+  on the right without looking the table up (KIP-962).
+- GlobalTable: ``key=`` maps the record to the table's key (default: the record's key); a
+  record mapped to no key is handled as a null key above (KS: inner drops, left joins None).
+
+A join declared with ``grace=`` on a versioned table waits for late table updates: each
+stream record waits in a changelogged buffer until the join's stream time passes its time plus
+grace, then looks the table up as of its time (KIP-923). Until then nothing is emitted for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from streams_app.app.joins import INNER
+from streams_app.app.versioned import VersionedTable
+from streams_app.runtime.joins.base import JoinProcessor
+from streams_app.runtime.joins.runtime import register
+from streams_app.state.unmatched import UnmatchedTransaction
+from streams_app.topology.contract import MISSING, Event
+from streams_app.topology.description import STREAM_GLOBAL, STREAM_TABLE
+
+if TYPE_CHECKING:
+    from streams_app.runtime.actor import Feeder
+    from streams_app.runtime.task import Task
+    from streams_app.topology.contract import TaskScope
+
+#: The side number the grace buffer files stream records under (it has one side).
+_STREAM = 0
+
+
+@register
+class StreamTableJoin(JoinProcessor):
+    """A stream-table join, inner or left, plain or versioned (as of), with optional grace."""
+
+    kind = STREAM_TABLE
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        join = self.join
+        self.left_join = join.how != INNER
+        self.table = join.right_table
+        self.versioned = self.table if isinstance(self.table, VersionedTable) else None
+        self.grace_ms = join.grace_ms
+
+    def feeders(self) -> Iterable[tuple[str, Feeder]]:
+        return ((self.join.left_topic.name, self),)
+
+    @property
+    def has_after_batch(self) -> bool:
+        return self.grace_ms is not None
+
+    def open(self, task: TaskScope) -> UnmatchedTransaction:
+        """The grace buffer: stream records by release time (``close = t + grace - 1``: due
+        once stream time exceeds it, i.e. reaches ``t + grace``)."""
+        assert self.grace_ms is not None
+        codec: Any = self.join.stores["buffer"].key_codec
+        return UnmatchedTransaction(self.store(task, "buffer"), codec, (self.grace_ms - 1, 0))
+
+    async def forward(self, event: Event) -> None:
+        task, value = event.task, event.value
+        buffer: UnmatchedTransaction | None = None
+        if self.grace_ms is not None:
+            # Every stream record moves the join's stream time, dropped ones too (as in KS).
+            buffer = self.state(task)
+            buffer.advance(event.timestamp)
+        if value is not None:
+            if event.raw_key is None:
+                if self.left_join:  # KIP-962: a left join emits it unjoined, at once
+                    result = self.join.result(value, None)
+                    await self.emit(task, None, result, event.timestamp, event)
+            elif buffer is not None:
+                buffer.add(_STREAM, event.key, event.timestamp, event.offset, value)
+            else:
+                await self._join(task, event.key, value, event.timestamp, event)
+        if buffer is not None:
+            await self._release(task, buffer)
+
+    async def after_batch(self, task: Task) -> None:
+        if self.join.stores["buffer"].name not in task.tables:
+            return  # nothing buffered in this task since it opened
+        await self._release(task, self.state(task))
+
+    async def on_idle(self, task: Task, now_ms: int) -> bool:
+        if self.grace_ms is None:
+            return False
+        buffer: UnmatchedTransaction = self.state(task)
+        if not buffer.advance(now_ms):
+            return False
+        await self._release(task, buffer)
+        return True
+
+    async def _release(self, task: TaskScope, buffer: UnmatchedTransaction) -> None:
+        for waiting in buffer.due():  # removed from the buffer as they are read
+            await self._join(task, waiting.key, waiting.value, waiting.timestamp, None)
+
+    async def _join(
+        self, task: TaskScope, key: Any, value: Any, timestamp: int, trigger: Event | None
+    ) -> None:
+        versioned = self.versioned
+        if versioned is not None:
+            found = versioned.view(task).get_as_of(key, timestamp)
+            right = MISSING if found is None else found.value
+        else:
+            right = self.table.get(key, MISSING)
+        if right is MISSING:
+            if not self.left_join:
+                return
+            right = None
+        await self.emit(task, key, self.join.result(value, right), timestamp, trigger)
+
+
+@register
+class StreamGlobalJoin(JoinProcessor):
+    """A stream-GlobalTable join, inner or left, through a key mapper (no co-partitioning:
+    every worker holds the whole table, restored before processing starts)."""
+
+    kind = STREAM_GLOBAL
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        join = self.join
+        self.left_join = join.how != INNER
+        self.table = join.right_table
+
+    def feeders(self) -> Iterable[tuple[str, Feeder]]:
+        return ((self.join.left_topic.name, self),)
+
+    async def forward(self, event: Event) -> None:
+        value = event.value
+        if value is None:
+            return
+        mapper = self.join.key
+        ref = mapper(value) if mapper is not None else event.key  # None for a null key
+        right = MISSING if ref is None else self.table.get(ref, MISSING)
+        if right is MISSING:
+            if not self.left_join:
+                return
+            right = None
+        await self.emit(
+            event.task, event.key, self.join.result(value, right), event.timestamp, event
+        )
