@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from streams_app.runtime.clock import Clock
+from streams_app.runtime.joins.base import JoinProcessor, TaskContext
 from streams_app.runtime.task import Task
 from streams_app.transport.base import TopicPartition
 
@@ -102,6 +103,34 @@ class WindowedIdleTarget:
         return True
 
 
+class JoinIdleTarget:
+    """A join's idle close (``idle_close=`` on a stream-stream join, or a stream-table join
+    with grace): its processor moves the join's stream time in the task and emits what that
+    releases (``JoinProcessor.on_idle``), in the task's transaction."""
+
+    def __init__(self, processor: JoinProcessor) -> None:
+        join = processor.join
+        if join.idle_close_ms is None:
+            raise ValueError(f"join {join.name!r} has no idle_close")
+        self.processor = processor
+        self.name = join.name
+        self.idle_close: float = join.idle_close_ms / 1000
+        self.reads = frozenset(join.reads)
+
+    def applies(self, task: Task) -> bool:
+        return any(tp.topic in self.reads for tp in task.partitions)
+
+    def inputs(self, task: Task) -> Iterable[TopicPartition]:
+        return [tp for tp in task.partitions if tp.topic in self.reads]
+
+    async def close(self, task: Task, wall_ms: int) -> bool:
+        with TaskContext(task):
+            moved = await self.processor.on_idle(task, wall_ms)
+        if moved:
+            task.touched = True  # commit the join's stream time even if nothing was emitted
+        return moved
+
+
 class _Quiet:
     """Per task: for each input partition, the position last seen and since when."""
 
@@ -166,7 +195,8 @@ class IdleClose:
 
     async def run(self, tasks: Iterable[Task], punctuate: Callable[[Task], Awaitable[None]]) -> int:
         """Close what is due in ``tasks``; ``punctuate(task)`` emits what a moved stream time
-        closed (the punctuator's end-of-batch work). Returns how many targets moved.
+        closed (the punctuator's end-of-batch work) and lets agents reading a join's released
+        results take them. Returns how many targets moved.
 
         Called once per turn of the loop: every call notes where the tasks' positions are
         (so quiet is measured from the turn that processed the last record, not from the

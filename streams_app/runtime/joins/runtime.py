@@ -44,7 +44,7 @@ def register(processor: type[JoinProcessor]) -> type[JoinProcessor]:
 def _load_processors() -> None:
     # Importing a processor module registers it; here, so that the registry is complete
     # whichever module imported this one first.
-    from streams_app.runtime.joins import stream_table, table_table  # noqa: F401
+    from streams_app.runtime.joins import stream_stream, stream_table, table_table  # noqa: F401
 
 
 class JoinRuntime:

@@ -44,16 +44,24 @@ store partitions only when the Kafka transaction that carries the join's results
 offsets commits, dropped when it aborts. Like the views it is built on, a state is made anew
 after an abort (their in-memory hints are valid only within one line of transactions).
 
-The processor does not know records, tasks or topics: the runtime passes each record's side,
-key, value, time and input offset, and sends what :meth:`StreamStreamJoinState.process` returns.
+:class:`StreamStreamJoinState` does not know records, tasks or topics: it takes each record's
+side, key, value, time and input offset, and returns results. :class:`StreamStreamProcessor`
+is what the runtime runs (``runtime/joins/base.py``): it feeds it the records of both topics
+as the dispatcher hands them over (in the task's timestamp order, in the transaction), sends
+its results through the join's outputs, expires the buffers at the end of each batch, and
+moves stream time on an idle close. (``JoinWindows`` here is the window in milliseconds; the
+app's :class:`streams_app.JoinWindows` takes seconds and gives these.)
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from streams_app.codecs import Codec
+from streams_app.runtime.joins.base import JoinProcessor
+from streams_app.runtime.joins.runtime import register
 from streams_app.state.base import PartitionTransaction
 from streams_app.state.composite import NO_TIME
 from streams_app.state.join_windows import (
@@ -69,6 +77,12 @@ from streams_app.state.unmatched import (
     UnmatchedTransaction,
     unmatched_codecs,
 )
+from streams_app.topology.description import STREAM_STREAM
+
+if TYPE_CHECKING:
+    from streams_app.runtime.actor import Feeder
+    from streams_app.runtime.task import Task
+    from streams_app.topology.contract import Event, TaskScope
 
 __all__ = [
     "HOWS",
@@ -81,6 +95,7 @@ __all__ = [
     "JoinWindows",
     "StreamStreamJoin",
     "StreamStreamJoinState",
+    "StreamStreamProcessor",
 ]
 
 INNER = "inner"
@@ -336,3 +351,83 @@ class StreamStreamJoinState:
         commit); returns how many."""
         left, right = self.buffers
         return left.expire() + right.expire()
+
+
+# -- in a worker --------------------------------------------------------------------------------
+
+
+class _Side:
+    """The feeder of one side's topic: hands each record to the processor with its side."""
+
+    __slots__ = ("label", "processor", "side")
+
+    def __init__(self, processor: StreamStreamProcessor, side: int) -> None:
+        self.processor = processor
+        self.side = side
+        self.label = f"{processor.label}:{'left' if side == LEFT else 'right'}"
+
+    async def forward(self, event: Event) -> None:
+        await self.processor.process(self.side, event)
+
+
+@register
+class StreamStreamProcessor(JoinProcessor):
+    """A declared stream-stream join (``topic.join(other_topic, JoinWindows(...))``) in a
+    worker: one :class:`StreamStreamJoinState` per task, over the join's stores in that task
+    (``left``, ``right`` and, for left and outer joins, ``unmatched``: app/joins.py declares
+    them with :meth:`StreamStreamJoin.store_codecs`' codecs)."""
+
+    kind = STREAM_STREAM
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        join = self.join
+        assert join.before_ms is not None and join.after_ms is not None
+        self.definition = StreamStreamJoin(
+            join.how, JoinWindows(join.before_ms, join.after_ms, join.grace_ms or 0)
+        )
+
+    def feeders(self) -> Iterable[tuple[str, Feeder]]:
+        join = self.join
+        return (
+            (join.left_topic.name, _Side(self, LEFT)),
+            (join.right_topic.name, _Side(self, RIGHT)),
+        )
+
+    def open(self, task: TaskScope) -> StreamStreamJoinState:
+        store = self.store
+        unmatched = store(task, "unmatched") if self.definition.has_unmatched else None
+        return self.definition.open(store(task, "left"), store(task, "right"), unmatched)
+
+    async def process(self, side: int, event: Event) -> None:
+        """One record of ``side``: the nulls its time made due, then its pairs (or, arriving
+        unmatched with its window closed, its own null), in the record's transaction."""
+        task = event.task
+        state: StreamStreamJoinState = self.state(task)
+        key = None if event.raw_key is None else event.key
+        found = state.process(side, key, event.value, event.timestamp, event.offset)
+        if found:
+            await self._emit(task, found, event)
+
+    async def after_batch(self, task: Task) -> None:
+        if self.join.stores["left"].name not in task.tables:
+            return  # no record of the join in this task since its last commit or abort
+        state: StreamStreamJoinState = self.state(task)
+        state.expire()
+
+    async def on_idle(self, task: Task, now_ms: int) -> bool:
+        """Move the join's stream time to ``now_ms`` if that closes a waiting record's window,
+        and emit the nulls (nothing for an inner join: it has none)."""
+        if not self.definition.has_unmatched:
+            return False
+        state: StreamStreamJoinState = self.state(task)
+        due = state.next_close()
+        if due is None or due >= now_ms:
+            return False
+        await self._emit(task, state.advance_to(now_ms), None)
+        return True
+
+    async def _emit(self, task: TaskScope, found: list[JoinResult], trigger: Event | None) -> None:
+        result = self.join.result
+        for r in found:
+            await self.emit(task, r.key, result(r.left, r.right), r.timestamp, trigger)

@@ -335,8 +335,11 @@ class BatchProcessor:
             failure = Failure.of(exc.what, exc.error, None, replayed=True)
             raise AgentFailed([failure]) from exc
 
-    async def punctuate_task(self, task: Task) -> None:
+    async def after_idle_close(self, task: Task) -> None:
+        """An idle close moved stream time in ``task`` (runtime/idle_close.py): emit the windows
+        it closed, and let the agents reading a join take the results it released."""
         await self.punctuate((task,))
+        await self.settle()
 
     def caught_up(self) -> bool:
         """Every record on the broker, as of the last fetch responses, has been processed (one

@@ -152,7 +152,7 @@ class Loop:
             else:
                 await self.batch.settle()
             if self.idle_close is not None:
-                await self.idle_close.run(self.tasks.running(), self.batch.punctuate_task)
+                await self.idle_close.run(self.tasks.running(), self.batch.after_idle_close)
             await self.collector.flush_soon()
             if committer.due(interval, self.conf.commit_every):
                 if await self.batch.quiescent():

@@ -20,7 +20,12 @@ from streams_app.runtime import guarantees
 from streams_app.runtime.assignor import EndOffsets, StreamsAssignor
 from streams_app.runtime.dead_letters import DeadLetters
 from streams_app.runtime.global_tables import GlobalTables
-from streams_app.runtime.idle_close import IdleClose, WindowedIdleTarget
+from streams_app.runtime.idle_close import (
+    IdleClose,
+    IdleTarget,
+    JoinIdleTarget,
+    WindowedIdleTarget,
+)
 from streams_app.runtime.measured_commit import MeasuredCommitter
 from streams_app.runtime.no_inputs import NoInputs
 from streams_app.runtime.placement import PlacementConfig
@@ -141,11 +146,13 @@ def input_consumer(
 def idle_close(worker: Worker, consumer: ConsumerClient) -> IdleClose | None:
     """The idle close of what opted in (``idle_close=``), or None: nothing did, and the loop
     does nothing for it."""
-    targets = [
+    targets: list[IdleTarget] = [
         WindowedIdleTarget(table)
         for table in worker.app.tables.values()
         if table.window is not None and table.idle_close is not None
     ]
+    if worker.joins is not None:
+        targets.extend(JoinIdleTarget(p) for p in worker.joins.idle_targets())
     if not targets:
         return None
     return IdleClose(worker.clock, targets, consumer.fetched_lag)
