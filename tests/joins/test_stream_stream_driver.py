@@ -159,3 +159,37 @@ async def test_without_idle_close_a_quiet_key_waits_for_stream_time(
         await driver.pipe("payments", "p9", key="z", timestamp=t + 12_001)
         await driver.run_until_idle()
         assert await results(driver) == [("a", ("o1", None), t)]
+
+
+async def test_the_payments_topology(topology_driver: DriverFactory) -> None:
+    """topologies/payments: paid, unpaid (by the idle close), a payment without an order."""
+    from topologies.payments import app
+
+    minute = 60_000
+    async with topology_driver(app) as driver:
+        t = int(driver.clock.time() * 1000) - 30 * minute
+        await driver.pipe_many(
+            "payments-orders",
+            [
+                Input("o1", {"amount": 5}, timestamp=t),
+                Input("o2", {"amount": 7}, timestamp=t + minute),
+            ],
+        )
+        await driver.pipe_many(
+            "payments-payments",
+            [
+                Input("o1", {"amount": 5}, timestamp=t + 9 * minute),  # within 10 minutes
+                Input("o9", {"amount": 1}, timestamp=t + 2 * minute),  # no such order
+            ],
+        )
+        await driver.run_until_idle()
+        assert await driver.table("payment-outcomes", source="store") == {"paid": 1}
+        await driver.advance_time(121)  # quiet for the idle close's two minutes
+        await driver.run_until_idle()
+        assert await driver.table("payment-outcomes", source="store") == {
+            "paid": 1,
+            "unpaid": 1,
+            "payment-without-order": 1,
+        }
+        unpaid = await driver.read("payments-unpaid")
+        assert [(r.key, r.value) for r in unpaid] == [("o2", {"amount": 7})]
