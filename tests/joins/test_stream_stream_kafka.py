@@ -19,15 +19,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streams_app.readback import ReadRecord, group_lag, read_topics, wait_committed
 from streams_app.testing.workers import WorkerProcess
 from tests.joins.apps import join_app
 from tests.joins.compare import check
-from tests.joins.data import LEFT, RIGHT, Params, Rec, generate
+from tests.joins.data import LEFT, RIGHT, Params, generate
 from tests.joins.models import Row, parse
 from tests.joins.ss_crash_app import STREAM_STREAM
+from tests.joins.test_vs_kafka_streams import produce
 from tests.runtime.helpers import KafkaObserver, wait_until
 from tests.windows.test_vs_kafka_streams import create_topics
 
@@ -38,26 +38,6 @@ KILLS = 3
 
 #: The topology's codecs (str keys and values, as the app declares them).
 CODECS = join_app("codecs", "in-", "out-", Params(), 2, STREAM_STREAM).topics["in-left"]
-
-
-async def produce(bootstrap: str, prefix: str, records: list[Rec]) -> None:
-    """The input, encoded as the app's topics declare (each record to its partition)."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
-    await producer.start()
-    try:
-        futures = [
-            await producer.send(
-                prefix + r.topic,
-                key=None if r.key is None else CODECS.key_codec.dumps(r.key),
-                value=None if r.value is None else CODECS.value_codec.dumps(r.value),
-                partition=r.partition,
-                timestamp_ms=r.ts,
-            )
-            for r in records
-        ]
-        await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
 
 
 def row(r: ReadRecord) -> Row:
@@ -75,7 +55,14 @@ async def test_stream_stream_joins_exactly_once_through_three_sigkills(
     out_topics = [outputs + kind for kind in STREAM_STREAM]
     in_topics = [inputs + LEFT, inputs + RIGHT]
     await create_topics(bootstrap_servers, in_topics, data.partitions)
-    await produce(bootstrap_servers, inputs, data.records)
+    # Encoded as the app's topics declare.
+    await produce(
+        bootstrap_servers,
+        inputs,
+        data.records,
+        key=CODECS.key_codec.dumps,
+        value=CODECS.value_codec.dumps,
+    )
     worker = WorkerProcess(
         "tests.joins.ss_crash_app",
         state_dir=tmp_path / "state",
@@ -95,20 +82,9 @@ async def test_stream_stream_joins_exactly_once_through_three_sigkills(
     )
     observer = KafkaObserver(bootstrap_servers)
     await observer.__aenter__()
-    stable_reader = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers, isolation_level="read_committed"
-    )
-    await stable_reader.start()
 
-    async def mid_transaction() -> bool:
-        """The worker holds a transaction with join results in it (an output's high
-        watermark above its last stable offset)."""
-        outs = [tp for topic in out_topics for tp in await observer.partitions(topic)]
-        if not outs:
-            return False
-        high = await observer.consumer.end_offsets(outs)
-        stable = await stable_reader.end_offsets(outs)
-        return any(high[tp] > stable[tp] for tp in outs)
+    async def mid_transaction() -> bool:  # join results in an open transaction
+        return await observer.in_transaction(out_topics)
 
     try:
         worker.start()
@@ -128,7 +104,6 @@ async def test_stream_stream_joins_exactly_once_through_three_sigkills(
         assert worker.terminate() == 0, worker.tail()
     finally:
         await observer.__aexit__()
-        await stable_reader.stop()
         if worker.running:
             worker.kill()
     assert worker.starts == KILLS + 1

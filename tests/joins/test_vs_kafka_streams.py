@@ -30,6 +30,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -91,15 +92,24 @@ async def write_input(bootstrap: str, unique: str) -> tuple[Dataset, str]:
     return data, prefix
 
 
-async def produce(bootstrap: str, prefix: str, records: list[Rec]) -> None:
+async def produce(
+    bootstrap: str,
+    prefix: str,
+    records: list[Rec],
+    *,
+    key: Callable[[str], bytes] = str.encode,
+    value: Callable[[str], bytes] = str.encode,
+) -> None:
+    """``records`` to their topics (under ``prefix``) and partitions, keys and values encoded
+    with ``key``/``value`` (UTF-8 by default, as Kafka Streams' String serdes read them)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
     await producer.start()
     try:
         futures = [
             await producer.send(
                 prefix + r.topic,
-                key=None if r.key is None else r.key.encode(),
-                value=None if r.value is None else r.value.encode(),
+                key=None if r.key is None else key(r.key),
+                value=None if r.value is None else value(r.value),
                 partition=r.partition,
                 timestamp_ms=r.ts,
             )
