@@ -83,6 +83,12 @@ async def repair(
         raise ConfigError(
             "table", f"{table_name!r} is no table of app {app.id}", f"use one of: {known}"
         )
+    if action == "reseed" and table.source is not None and table.changelog_is_source:
+        raise ChangelogRepairRefused(
+            f"table {table.name!r} is built from topic {table.source.name!r}, which is its "
+            "changelog: reseed would write the store into the app's input. Use changelog wipe "
+            "(the table is rebuilt from the topic up to the committed offsets)"
+        )
     conf = app.conf
     async with OpsAdmin(conf.bootstrap_servers, **conf.security()) as ops:
         members = (await ops.describe_group(app.id)).members

@@ -275,14 +275,14 @@ class TopologyDescription:
         return next((j for j in self.joins if j.name == name), None)
 
     def joins_reading(self, topic: str) -> Iterator[JoinDecl]:
-        """The joins fed by ``topic``: those reading it, and those of the tables built from it."""
+        """The joins ``topic``'s records trigger: those reading it, and the table joins of the
+        tables built from it (a stream-table join's table side only answers lookups)."""
         tables = {t.name for t in self.tables if t.source == topic}
         return (
             j
             for j in self.joins
             if topic in j.reads
             or (j.kind in (TABLE_TABLE, FOREIGN_KEY) and {j.left, j.right} & tables)
-            or (j.kind == STREAM_TABLE and j.right in tables)
         )
 
     def tables_from(self, topic: str) -> Iterator[TableDecl]:

@@ -13,7 +13,7 @@ Kafka Streams would start a new sub-topology at every repartition topic.
 
 from __future__ import annotations
 
-from streams_app.topology.description import AgentDecl, TopicDecl, TopologyDescription
+from streams_app.topology.description import AgentDecl, JoinDecl, TopicDecl, TopologyDescription
 from streams_app.topology.plan import TopologyPlan
 
 
@@ -84,7 +84,35 @@ def _source(d: TopologyDescription, plan: TopologyPlan | None, topic: str) -> li
     for hop in d.forwarded_from(topic):
         via = f"group_by {hop.key}" if hop.kind == "group_by" else "through"
         lines.append(f"      --> {via} (agent {hop.agent}) --> repartition topic {hop.topic}")
+    for table in d.tables_from(topic):
+        lines.append(f"      --> table {table.name} (latest value per key)")
+    for join in d.joins_reading(topic):
+        lines.append(f"      --> {_join(d, join)}")
     return lines
+
+
+def _join(d: TopologyDescription, join: JoinDecl) -> str:
+    """A join node and where its results go (``topology`` command, docs/joins.md)."""
+    options = [
+        f"{name} {value} ms"
+        for name, value in (
+            ("before", join.before_ms),
+            ("after", join.after_ms),
+            ("grace", join.grace_ms),
+            ("idle_close", join.idle_close_ms),
+        )
+        if value is not None
+    ]
+    if join.key is not None:
+        options.append(f"key {join.key}")
+    if join.stores:
+        options.append(f"stores {', '.join(join.stores)}")
+    detail = f"; {'; '.join(options)}" if options else ""
+    line = f"{join.kind} {join.how} join {join.name} ({join.left} x {join.right}{detail})"
+    readers = [a for a in d.agents if a.reads == join.name]
+    outputs = [o for o in join.outputs if not o.startswith("agent ")]
+    targets = [*(_agent(a) for a in readers), *outputs]
+    return line + "".join(f" --> {t}" for t in targets)
 
 
 def _agent(agent: AgentDecl) -> str:

@@ -27,6 +27,8 @@ BUILT = (
     "tt-inner",
     "tt-left",
     "tt-outer",
+    "fk-inner",
+    "fk-left",
 )
 
 
@@ -86,4 +88,8 @@ def join_app(
         lt.join(rt, joiner=joiner).to(out("tt-inner"))
         lt.left_join(rt, joiner=joiner).to(out("tt-left"))
         lt.outer_join(rt, joiner=joiner).to(out("tt-outer"))
+    if {"fk-inner", "fk-left"} & set(kinds):
+        fl, fr = app.Table("fk-left", source=left), app.Table("fk-right", source=right)
+        fl.join(fr, joiner=joiner, foreign_key=ref).to(out("fk-inner"))
+        fl.left_join(fr, joiner=joiner, foreign_key=ref).to(out("fk-left"))
     return app

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 import streams_app
+from streams_app.ops.changelog import ChangelogRepairRefused, repair
+from streams_app.runtime.web.queries import query_table
 from streams_app.testing import DriverFactory
 
 pytestmark = pytest.mark.streams_backends("memory")
@@ -71,3 +73,101 @@ async def test_only_the_stream_triggers_and_results_keep_its_key_and_time(
         if how == "inner":
             expected = [e for e in expected if e[1][1] is not None]
         assert out == expected
+
+
+async def test_a_table_from_a_topic_answers_interactive_queries(
+    topology_driver: DriverFactory,
+) -> None:
+    """/tables/customers/KEY reads it as any table (its store, in the task owning the key)."""
+    app = enrichment_app()
+    async with topology_driver(app) as driver:
+        await driver.pipe("customers", "ann", key="c1", timestamp=1)
+        await driver.pipe("customers", "bob", key="c2", timestamp=2)
+        await driver.pipe("customers", None, key="c2", timestamp=3)
+        await driver.run_until_idle()
+        worker = driver.worker(0)
+        found = query_table(worker, "customers", "c1", forwarded=False)
+        assert (found.status, found.body["value"]) == (200, "ann")
+        deleted = query_table(worker, "customers", "c2", forwarded=False)
+        assert deleted.status == 404, deleted.body
+
+
+async def test_a_versioned_table_answers_with_its_versions(topology_driver: DriverFactory) -> None:
+    app = streams_app.App("versioned-query", broker="kafka://127.0.0.1:1")
+    prices = app.topic("prices", key_type=str, value_type=int)
+    app.Table("prices", source=prices, versioned=60)
+    orders = app.topic("orders", key_type=str, value_type=int)
+    orders.join(app.tables["prices"]).to(app.topic("priced", key_type=str, value_type=list))
+    async with topology_driver(app) as driver:
+        for value, ts in ((10, 1_000), (12, 5_000), (11, 3_000)):  # one out of order
+            await driver.pipe("prices", value, key="apple", timestamp=ts)
+        for ts in (500, 1_500, 3_500, 6_000):
+            await driver.pipe("orders", ts, key="apple", timestamp=ts)
+        await driver.run_until_idle()
+        answer = query_table(driver.worker(0), "prices", "apple", forwarded=False)
+        assert answer.status == 200, answer.body
+        assert answer.body["value"] == 12
+        assert [(v["valid_from"], v["value"]) for v in answer.body["versions"]] == [
+            (1_000, 10),
+            (3_000, 11),
+            (5_000, 12),
+        ]
+        # Each order met the price as of its time, as far as the table had it: the price of
+        # 3 000 ms comes after the one of 5 000 ms in its partition, so the order at 3 500 ms
+        # (processed before either, in time order) met 10 (without grace= nothing waits for
+        # it). The one at 500 ms met none: an inner join drops it.
+        priced = sorted((r.timestamp, tuple(r.value)) for r in await driver.read("priced"))
+        assert priced == [(1_500, (1_500, 10)), (3_500, (3_500, 10)), (6_000, (6_000, 12))]
+
+
+async def test_agents_read_a_join_declared_at_module_level_or_inside_them(
+    topology_driver: DriverFactory,
+) -> None:
+    """``@app.agent(orders.left_join(customers))`` and ``stream.left_join(customers)`` before
+    the first ``async for`` are the same join: both agents get every result, keyed like the
+    order; a joined table reads by key."""
+    app = streams_app.App("agents-read-joins", broker="kafka://127.0.0.1:1")
+    customers_topic = app.topic("customers", key_type=str, value_type=str)
+    accounts_topic = app.topic("accounts", key_type=str, value_type=str)
+    orders = app.topic("orders", key_type=str, value_type=str)
+    seen = app.topic("seen", key_type=str, value_type=list)
+    customers = app.Table("customers", source=customers_topic)
+    accounts = app.Table("accounts", source=accounts_topic)
+    joined_table = customers.left_join(accounts)
+    lookups = app.topic("lookups", key_type=str, value_type=list)
+
+    @app.agent(orders.left_join(customers))
+    async def declared(stream):  # type: ignore[no-untyped-def]
+        async for key, (order, customer) in stream.items():
+            await seen.send(key=key, value=["declared", order, customer])
+
+    @app.agent(orders)
+    async def inside(stream):  # type: ignore[no-untyped-def]
+        async for key, joined in stream.left_join(customers).items():
+            await seen.send(key=key, value=["inside", joined.left, joined.right])
+            await lookups.send(key=key, value=list(joined_table.get(key, ("none", "none"))))
+
+    assert len(app.joins) == 2  # the join inside the agent is the module-level one
+    async with topology_driver(app) as driver:
+        await driver.pipe("customers", "ann", key="c1", timestamp=1, partition=0)
+        await driver.pipe("accounts", "acc-1", key="c1", timestamp=2, partition=0)
+        await driver.pipe("orders", "o1", key="c1", timestamp=3, partition=0)
+        await driver.pipe("orders", "o2", key="c2", timestamp=4, partition=0)
+        await driver.run_until_idle()
+        got = sorted((r.key, tuple(r.value)) for r in await driver.read("seen"))
+        assert got == [
+            ("c1", ("declared", "o1", "ann")),
+            ("c1", ("inside", "o1", "ann")),
+            ("c2", ("declared", "o2", None)),
+            ("c2", ("inside", "o2", None)),
+        ]
+        looked_up = sorted((r.key, tuple(r.value)) for r in await driver.read("lookups"))
+        assert looked_up == [("c1", ("ann", "acc-1")), ("c2", ("none", "none"))]
+
+
+async def test_reseed_refuses_a_table_whose_changelog_is_its_source() -> None:
+    """``changelog reseed`` would write the store into the app's input topic: refused, before
+    asking the broker anything."""
+    app = enrichment_app()
+    with pytest.raises(ChangelogRepairRefused, match="changelog wipe"):
+        await repair(app, "customers", "reseed")

@@ -54,6 +54,41 @@ def test_the_orders_topology_as_text() -> None:
     assert "no broker asked" in text
 
 
+def test_the_enrichment_topology_shows_its_tables_from_topics_and_joins() -> None:
+    done = topology("-A", "topologies.enrichment", "topology")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    orders = lines.index("    Source: enrichment-orders (key raw:str, value json:dict, stage 0)")
+    assert lines[orders + 1] == (
+        "      --> stream-table left join enrichment-orders-left-join-customers "
+        "(enrichment-orders x customers) --> agent topologies.enrichment.tally (1 instance) "
+        "--> topic enrichment-orders-enriched"
+    )
+    customers = lines.index(
+        "    Source: enrichment-customers (key raw:str, value json:dict, stage 0)"
+    )
+    assert lines[customers + 1 : customers + 3] == [
+        "      --> table customers (latest value per key)",
+        "      --> table-table inner join customers-join-accounts (customers x accounts) "
+        "--> topic enrichment-customer-accounts",
+    ]
+    # A table built from a compacted topic has that topic as its changelog: none is created.
+    assert "  enrichment-customers: changelog of table customers, compacted; 4 partitions" in lines
+    assert "enrichment-customers-changelog" not in done.stdout
+    described = json.loads(topology("-A", "topologies.enrichment", "topology", "--json").stdout)[
+        "description"
+    ]
+    assert {(j["name"], j["kind"], j["how"]) for j in described["joins"]} == {
+        ("customers-join-accounts", "table-table", "inner"),
+        ("enrichment-orders-left-join-customers", "stream-table", "left"),
+        ("order-view", "foreign-key", "left"),
+    }
+    # A foreign-key join's subscription and response topics are inputs, partitioned like the
+    # right and the left table's sources.
+    internal = {j["name"]: j["internal_topics"] for j in described["joins"]}["order-view"]
+    assert internal == ["enrichment-order-view-response", "enrichment-order-view-subscription"]
+
+
 def test_the_orders_topology_as_json() -> None:
     done = topology("-A", "topologies.orders", "topology", "--json")
     assert done.returncode == 0, done.stderr

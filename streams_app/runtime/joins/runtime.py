@@ -17,6 +17,7 @@ processor's :meth:`~streams_app.runtime.joins.base.JoinProcessor.on_idle`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from streams_app.runtime.task import Task
     from streams_app.state.restore import Accept
 
+log = logging.getLogger(__name__)
+
 #: JoinDecl kind -> the processor class that runs it.
 PROCESSORS: dict[str, type[JoinProcessor]] = {}
 
@@ -44,7 +47,12 @@ def register(processor: type[JoinProcessor]) -> type[JoinProcessor]:
 def _load_processors() -> None:
     # Importing a processor module registers it; here, so that the registry is complete
     # whichever module imported this one first.
-    from streams_app.runtime.joins import stream_stream, stream_table, table_table  # noqa: F401
+    from streams_app.runtime.joins import (  # noqa: F401
+        foreign_key,
+        stream_stream,
+        stream_table,
+        table_table,
+    )
 
 
 class JoinRuntime:
@@ -69,6 +77,15 @@ class JoinRuntime:
                 continue
             source = self.sources[table.name] = TableSource(table)
             runner.forwarders.setdefault(table.source.name, []).insert(0, source)
+            log.info(
+                "table %s is built from topic %s; its changelog is %s",
+                table.name,
+                table.source.name,
+                "that topic (declared compacted)"
+                if table.changelog_is_source
+                else f"{table.changelog_topic_name} (the source is not declared compacted, or the "
+                "table is versioned)",
+            )
         for name, join in sorted(app.joins.items()):
             kind = PROCESSORS.get(join.kind)
             if kind is None:

@@ -150,6 +150,8 @@ def query_table(worker: WorkerView, name: str, key_text: str, *, forwarded: bool
         store = worker.stores[name]
         if table.window is not None:
             return _windows(worker, table, key, owner.partition, base)
+        if table.versioned_ms is not None:
+            return _versions(worker, table, key, owner.partition, base)
         raw = store.partition(owner.partition).get(table.key_codec.dumps(key))
         if raw is None:
             return Answer(404, {**base, "owner": worker.web_url, "error": "no committed value"})
@@ -169,6 +171,29 @@ def query_table(worker: WorkerView, name: str, key_text: str, *, forwarded: bool
         307,
         {**base, "owner": owner.address},
         location=owner.address.rstrip("/"),
+    )
+
+
+def _versions(
+    worker: WorkerView, table: Table, key: Any, partition: int, base: dict[str, Any]
+) -> Answer:
+    """A versioned table's committed versions of ``key`` within its history (oldest first,
+    a tombstone's value null) and the latest value (docs/joins.md, "Versioned tables")."""
+    codec = table.key_codec
+    prefix = getattr(codec, "prefix", None)
+    assert callable(prefix), "a versioned table's key codec is a VersionKeyCodec"
+    versions = []
+    for raw_entry, raw in worker.stores[table.name].partition(partition).iter_prefix(prefix(key)):
+        _, valid_from = codec.loads(raw_entry)
+        versions.append({"valid_from": valid_from, "value": jsonable(table.value_codec.loads(raw))})
+    versions.sort(key=lambda v: v["valid_from"])
+    if not versions or versions[-1]["value"] is None:
+        return Answer(
+            404, {**base, "owner": worker.web_url, "versions": versions, "error": "no value"}
+        )
+    return Answer(
+        200,
+        {**base, "owner": worker.web_url, "value": versions[-1]["value"], "versions": versions},
     )
 
 
