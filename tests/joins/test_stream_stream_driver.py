@@ -193,3 +193,30 @@ async def test_the_payments_topology(topology_driver: DriverFactory) -> None:
         }
         unpaid = await driver.read("payments-unpaid")
         assert [(r.key, r.value) for r in unpaid] == [("o2", {"amount": 7})]
+
+
+async def test_idle_close_releases_a_versioned_join_s_grace_buffer(
+    topology_driver: DriverFactory,
+) -> None:
+    """The idle close drives the other join that waits: a versioned stream-table join with
+    grace holds each order until stream time passes its time plus grace (KIP-923)."""
+    app = streams_app.App("ssd-idle-versioned", topic_partitions=1)
+    prices = app.Table(
+        "prices",
+        source=app.topic("prices", key_type=str, value_type=int),
+        versioned=timedelta(hours=1),
+    )
+    orders = app.topic("orders", key_type=str, value_type=str)
+    out = app.topic("priced", key_type=str, value_type=list)
+    orders.join(prices, grace=30, idle_close=5).to(out)
+    async with topology_driver(app) as driver:
+        t = int(driver.clock.time() * 1000) - 120_000
+        await driver.pipe("prices", 7, key="apple", timestamp=t - 1_000)
+        await driver.pipe("orders", "o1", key="apple", timestamp=t)
+        await driver.run_until_idle()
+        assert await driver.read("priced") == []  # waits for grace (30 s of stream time)
+        await driver.advance_time(6)
+        await driver.run_until_idle()
+        assert [(r.key, tuple(r.value), r.timestamp) for r in await driver.read("priced")] == [
+            ("apple", ("o1", 7), t)
+        ]
