@@ -120,6 +120,19 @@ async def test_an_agent_can_declare_the_join_on_its_stream(
         assert [tuple(r.value) for r in await driver.read("pairs")] == [("o1", "p1")]
 
 
+def idle_closes(driver: Any) -> dict[str, float]:
+    """``streams_app_idle_closes_total`` per target, as /metrics exposes it."""
+    from streams_app.runtime.web.exposition import WorkerCollector
+
+    return {
+        sample.labels["target"]: sample.value
+        for family in WorkerCollector(driver.worker()).collect()
+        if family.name == "streams_app_idle_closes"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+
+
 async def test_idle_close_gives_a_quiet_key_its_null_within_the_idle_time(
     topology_driver: DriverFactory,
 ) -> None:
@@ -138,6 +151,7 @@ async def test_idle_close_gives_a_quiet_key_its_null_within_the_idle_time(
         # Quiet for 6 s: the join's stream time followed the wall clock, o1's window closed.
         assert await results(driver) == [("a", ("o1", None), t)]
         assert [v for _, v, _ in await results(driver, "seen")] == [("o1", None)]
+        assert idle_closes(driver) == {"orders-left-join-payments": 1}  # /metrics
         # A payment for o1 now is past its close: it pairs with nothing (the null was final).
         await driver.pipe("payments", "p1", key="a", timestamp=t + 1_000)
         await driver.run_until_idle()

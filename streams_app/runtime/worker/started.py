@@ -69,6 +69,8 @@ class Started:
     batch: BatchProcessor
     failures: FailureHandler
     loop: Loop
+    #: The opt-in idle close (None: nothing declared ``idle_close=``).
+    idle_close: IdleClose | None = None
 
     @property
     def leader_tp(self) -> TopicPartition | None:
@@ -215,6 +217,7 @@ def wire(
         replicas,
         resubscribe=resubscribe,
     )
+    closer = idle_close(worker, consumer)
     loop = Loop(
         conf,
         clock,
@@ -233,7 +236,7 @@ def wire(
         failures,
         restore=restore,
         sleep=worker.sleep_unless_stopped,
-        idle_close=idle_close(worker, consumer),
+        idle_close=closer,
     )
     return Started(
         directory=directory,
@@ -253,4 +256,5 @@ def wire(
         batch=batch,
         failures=failures,
         loop=loop,
+        idle_close=closer,
     )
