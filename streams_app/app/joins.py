@@ -423,6 +423,12 @@ def stream_join(
             window = _window(where, within, before, after, grace)
         if key is not None:
             raise TopologyError(f"{where}: key= is for GlobalTable joins; both streams are keyed")
+        if idle_ms is not None and how == INNER:
+            raise TopologyError(
+                f"{where}: idle_close= releases the nulls of records whose window closed "
+                "unmatched, and an inner join has none: drop idle_close=, or use left_join/"
+                "outer_join"
+            )
         join = _declare(
             app,
             name or _join_name(left.name, how, right.name),
@@ -453,6 +459,11 @@ def stream_join(
         raise TopologyError(
             f"{where}: table {right.name!r} is written by agents; a stream-table join needs a "
             f"table built from a topic: app.Table({right.name!r}, source=topic)"
+        )
+    if idle_ms is not None and grace is None:
+        raise TopologyError(
+            f"{where}: idle_close= releases stream records waiting for grace=, and without "
+            "grace= nothing waits: drop idle_close= (or join a versioned table with grace=)"
         )
     if right.is_global:
         if grace is not None:

@@ -50,6 +50,11 @@ def test_join_windows_take_durations_and_name_what_is_wrong() -> None:
         orders.join(table, JoinWindows(5))
     with pytest.raises(TypeError, match="only positional argument"):
         orders.join(payments, "amount")
+    # idle_close= where nothing waits for a close is refused, naming the fix.
+    with pytest.raises(TopologyError, match="an inner join has none"):
+        orders.join(payments, JoinWindows(5), idle_close=10)
+    with pytest.raises(TopologyError, match="without grace= nothing waits"):
+        orders.left_join(table, idle_close=10)
 
 
 def matching_app(name: str, *, idle_close: float | None = None) -> streams_app.App:
