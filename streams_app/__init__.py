@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from streams_app.app import Agent, App, Settings, Stream, Table, Topic
     from streams_app.app.channel import Channel
     from streams_app.app.global_table import GlobalTable
+    from streams_app.app.joins import Joined, JoinWindows
     from streams_app.app.set_table import SetTable
     from streams_app.app.windows import WindowRange
     from streams_app.topology.contract import Event, Message, TopicPartitionView, current_task
@@ -66,6 +67,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "GlobalTable": ("streams_app.app.global_table", "GlobalTable"),
     "SetTable": ("streams_app.app.set_table", "SetTable"),
     "WindowRange": ("streams_app.app.windows", "WindowRange"),
+    "JoinWindows": ("streams_app.app.joins", "JoinWindows"),
+    "Joined": ("streams_app.app.joins", "Joined"),
     "Event": ("streams_app.topology.contract", "Event"),
     "Message": ("streams_app.topology.contract", "Message"),
     "current_task": ("streams_app.topology.contract", "current_task"),
@@ -126,6 +129,8 @@ __all__ = [
     "Event",
     "EventT",
     "GlobalTable",
+    "JoinWindows",
+    "Joined",
     "Message",
     "NullKeyError",
     "Record",

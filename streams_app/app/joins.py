@@ -66,6 +66,47 @@ class Joined(NamedTuple):
     right: Any
 
 
+class JoinWindows:
+    """A stream-stream join's window, Kafka Streams' ``JoinWindows`` in the window API's units
+    (seconds or a ``timedelta``): ``orders.join(payments, JoinWindows(600, grace=60))``.
+
+    A left record at ``t`` pairs with right records of its key at ``t - before .. t + after``
+    (both inclusive). ``JoinWindows(d)`` is ``before=after=d`` (Kafka Streams'
+    ``ofTimeDifferenceAndGrace``); ``before=``/``after=`` may be asymmetric, one of them
+    negative, as long as ``before + after >= 0``. ``grace`` (default 0, as
+    ``ofTimeDifferenceWithNoGrace``) is how long after a window's end a left/outer null waits
+    for a late partner. The same as ``within=``/``before=``/``after=``/``grace=`` keywords."""
+
+    __slots__ = ("after_ms", "before_ms", "grace_ms")
+
+    def __init__(
+        self,
+        within: Duration | None = None,
+        *,
+        before: Duration | None = None,
+        after: Duration | None = None,
+        grace: Duration | None = None,
+    ) -> None:
+        self.before_ms, self.after_ms, self.grace_ms = _window(
+            "JoinWindows", within, before, after, grace
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JoinWindows) and self.ms == other.ms
+
+    def __hash__(self) -> int:
+        return hash(self.ms)
+
+    @property
+    def ms(self) -> tuple[int, int, int]:
+        """``(before, after, grace)`` in milliseconds."""
+        return (self.before_ms, self.after_ms, self.grace_ms)
+
+    def __repr__(self) -> str:
+        before, after, grace = (ms / 1000 for ms in self.ms)
+        return f"JoinWindows(before={before:g}, after={after:g}, grace={grace:g})"
+
+
 class TimeCodec:
     """A record time (ms) as 8 bytes, in a table's times store."""
 
@@ -350,18 +391,44 @@ def stream_join(
     after: Duration | None = None,
     grace: Duration | None = None,
     idle_close: Duration | None = None,
+    windows: JoinWindows | None = None,
     name: str | None = None,
 ) -> JoinedStream:
-    """``topic.join(...)`` and its kin (see :meth:`Topic.join`)."""
+    """``topic.join(...)`` and its kin (see :meth:`Topic.join`). A stream-stream join's window
+    is a :class:`JoinWindows` (positional, Faust-style, or ``windows=``) or the keywords."""
     from streams_app.app.table import Table
 
+    if fields and all(isinstance(f, JoinWindows) for f in fields):
+        if len(fields) > 1 or windows is not None:
+            raise TypeError(f"{left.name}.{_verb(how)}(): give one JoinWindows")
+        windows, fields = fields[0], ()
     _no_fields(fields, f"{left.name}.{_verb(how)}", "key=")
     where = f"{left.name}.{_verb(how)}({_name_of(right)})"
     idle_ms = _optional_ms(idle_close, "idle_close", where)
+    if windows is not None and not isinstance(windows, JoinWindows):
+        raise TypeError(f"{where}: windows= takes a JoinWindows, not {windows!r}")
+    if windows is not None and not _is_topic(right):
+        raise TopologyError(
+            f"{where}: JoinWindows are for stream-stream joins; {_name_of(right)!r} is a table"
+        )
     if _is_topic(right):
-        window = _window(where, within, before, after, grace)
+        if windows is not None:
+            if any(v is not None for v in (within, before, after, grace)):
+                raise TopologyError(
+                    f"{where}: the window is given twice: JoinWindows(...) or within=/before=/"
+                    "after=/grace=, not both"
+                )
+            window = windows.ms
+        else:
+            window = _window(where, within, before, after, grace)
         if key is not None:
             raise TopologyError(f"{where}: key= is for GlobalTable joins; both streams are keyed")
+        if idle_ms is not None and how == INNER:
+            raise TopologyError(
+                f"{where}: idle_close= releases the nulls of records whose window closed "
+                "unmatched, and an inner join has none: drop idle_close=, or use left_join/"
+                "outer_join"
+            )
         join = _declare(
             app,
             name or _join_name(left.name, how, right.name),
@@ -392,6 +459,11 @@ def stream_join(
         raise TopologyError(
             f"{where}: table {right.name!r} is written by agents; a stream-table join needs a "
             f"table built from a topic: app.Table({right.name!r}, source=topic)"
+        )
+    if idle_ms is not None and grace is None:
+        raise TopologyError(
+            f"{where}: idle_close= releases stream records waiting for grace=, and without "
+            "grace= nothing waits: drop idle_close= (or join a versioned table with grace=)"
         )
     if right.is_global:
         if grace is not None:

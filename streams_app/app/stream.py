@@ -273,7 +273,11 @@ class Stream:
     def _join(
         self, how: str, other: Any, fields: tuple[Any, ...], options: dict[str, Any]
     ) -> Stream:
-        if fields:
+        from streams_app.app.joins import JoinWindows
+
+        if len(fields) == 1 and isinstance(fields[0], JoinWindows):
+            options = {**options, "windows": fields[0]}  # stream.join(other, JoinWindows(...))
+        elif fields:
             raise TypeError(
                 "join() takes the other side as its only positional argument; Faust's fields "
                 "(stream.join(Order.customer_id, ...)) are key=/foreign_key= here"

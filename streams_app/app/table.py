@@ -38,6 +38,7 @@ from streams_app.app.windows import (
     TimeWindows,
     Windows,
     duration_ms,
+    idle_close_seconds,
 )
 from streams_app.codecs import Codec, CodecSpec, JsonCodec, TypedCodec, codec_for, json_dumps
 from streams_app.errors import NullKeyError, TopologyError
@@ -135,6 +136,8 @@ class Table(MutableMapping[Any, Any]):
         self.on_window_close = on_window_close
         self.emit_final_topic: Topic | None = None
         self.late_records = "drop"
+        #: Seconds of quiet input after which stream time follows the wall clock (None: off).
+        self.idle_close: float | None = None
         #: The topic this table is built from (None: agents write it).
         self.source: Topic | None = None
         #: A versioned table's history retention in ms (None: not versioned).
@@ -275,6 +278,7 @@ class Table(MutableMapping[Any, Any]):
         grace: Duration = 0,
         late_records: str = "drop",
         emit_final: Topic | str | None = None,
+        idle_close: Duration | None = None,
     ) -> WindowWrapper:
         """Tumbling windows of ``size`` seconds: ``[start, start + size)``, aligned to the epoch.
 
@@ -283,12 +287,17 @@ class Table(MutableMapping[Any, Any]):
         after they start (default and minimum ``size + grace``). ``late_records``: ``"drop"``
         (counted) or ``"dlq"`` (also sent to the source topic's dead-letter topic).
         ``emit_final``: a topic that gets each window's final value once, when it closes.
+        ``idle_close``: opt in to closing windows by the wall clock when input goes quiet: once
+        a task's inputs have had no record for that long, its stream time follows the wall
+        clock, so a key whose input stopped still gets its final window (docs/joins.md, off
+        by default as in Kafka Streams).
         ``key_index`` is accepted for Faust compatibility (keys are always iterable here).
         """
         return self.using_window(
             TimeWindows(size, grace=grace, expires=expires),
             late_records=late_records,
             emit_final=emit_final,
+            idle_close=idle_close,
         )
 
     def hopping(
@@ -301,12 +310,14 @@ class Table(MutableMapping[Any, Any]):
         grace: Duration = 0,
         late_records: str = "drop",
         emit_final: Topic | str | None = None,
+        idle_close: Duration | None = None,
     ) -> WindowWrapper:
         """Hopping windows of ``size`` seconds every ``step`` seconds; see :meth:`tumbling`."""
         return self.using_window(
             TimeWindows(size, step, grace=grace, expires=expires),
             late_records=late_records,
             emit_final=emit_final,
+            idle_close=idle_close,
         )
 
     def sliding(
@@ -317,6 +328,7 @@ class Table(MutableMapping[Any, Any]):
         expires: Duration | None = None,
         late_records: str = "drop",
         emit_final: Topic | str | None = None,
+        idle_close: Duration | None = None,
     ) -> WindowWrapper:
         """Kafka Streams' sliding windows (``SlidingWindows.ofSizeAndGrace``): one window
         ``[t - size, t]`` per distinct set of records at most ``size`` apart; see
@@ -325,6 +337,7 @@ class Table(MutableMapping[Any, Any]):
             SlidingWindows(size, grace=grace, expires=expires),
             late_records=late_records,
             emit_final=emit_final,
+            idle_close=idle_close,
         )
 
     def session(
@@ -336,6 +349,7 @@ class Table(MutableMapping[Any, Any]):
         merge: Callable[[Any, Any], Any] | None = None,
         late_records: str = "drop",
         emit_final: Topic | str | None = None,
+        idle_close: Duration | None = None,
     ) -> WindowWrapper:
         """Session windows: a key's records at most ``gap`` seconds apart form one session;
         ``merge(a, b)`` combines two sessions a record bridges (default ``a + b``). A session
@@ -344,6 +358,7 @@ class Table(MutableMapping[Any, Any]):
             SessionWindows(gap, grace=grace, expires=expires, merge=merge),
             late_records=late_records,
             emit_final=emit_final,
+            idle_close=idle_close,
         )
 
     def using_window(
@@ -352,6 +367,7 @@ class Table(MutableMapping[Any, Any]):
         *,
         late_records: str = "drop",
         emit_final: Topic | str | None = None,
+        idle_close: Duration | None = None,
     ) -> WindowWrapper:
         if self.window is not None and self.window is not window:
             raise TopologyError(f"table {self.name!r} is already windowed ({self.window!r})")
@@ -365,6 +381,8 @@ class Table(MutableMapping[Any, Any]):
             raise ValueError(f"late_records must be one of {LATE_RECORDS}, not {late_records!r}")
         self.window = window
         self.late_records = late_records
+        if idle_close is not None:
+            self.idle_close = idle_close_seconds(idle_close)
         self.key_codec = WindowKeyCodec(self.user_key_codec)
         if isinstance(window, SlidingWindows):
             self.value_codec = SlidingValueCodec(self.user_value_codec)

@@ -147,6 +147,11 @@ class WindowedTableState:
         stored = self.view.get(window, _MISSING)
         return stored if stored is _MISSING else self.windows.aggregate(stored)
 
+    def next_close(self) -> int | None:
+        """When the next window still to emit closes (None: none); the idle close moves
+        stream time only when the wall clock has passed it."""
+        return self._closes[0][0] if self._closes else None
+
     def closed(self) -> list[tuple[WindowKey, Any]]:
         """Windows that closed since the last call, oldest close first, with final values."""
         out = []

@@ -61,6 +61,17 @@ def duration_ms(value: Duration, what: str) -> int:
     return round(seconds * 1000)
 
 
+def idle_close_seconds(value: Duration) -> float:
+    """An ``idle_close=`` option (seconds or a timedelta) as seconds, refused unless positive."""
+    ms = duration_ms(value, "idle_close")
+    if ms <= 0:
+        raise ValueError(
+            f"idle_close must be a positive duration (seconds or a timedelta), got {value!r}: "
+            "leave it out to keep Kafka Streams' answer (nothing closes until records come)"
+        )
+    return ms / 1000
+
+
 def instant_ms(value: Any, what: str = "timestamp") -> int:
     """A point in time as epoch milliseconds: a ``datetime`` or seconds since the epoch."""
     if isinstance(value, datetime):

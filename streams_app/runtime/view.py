@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from streams_app.app.app import App
     from streams_app.app.faust_settings import AppSettings
+    from streams_app.runtime.idle_close import IdleClose
     from streams_app.runtime.measured_commit import MeasuredCommitter
     from streams_app.runtime.metrics import WorkerMetrics
     from streams_app.runtime.producer import StreamsProducer
@@ -57,6 +58,9 @@ class StartedView(Protocol):
 
     @property
     def directory(self) -> StateDirectory: ...
+
+    @property
+    def idle_close(self) -> IdleClose | None: ...
 
 
 class WorkerView(Protocol):

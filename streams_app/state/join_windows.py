@@ -161,6 +161,12 @@ class JoinWindowTransaction:
         self._pending.touch(key, entry)
         return True
 
+    def observe(self, timestamp: int) -> None:
+        """A record of this side at ``timestamp`` that is not stored (a left/outer record
+        whose result was final when it came): the observed time moves as a put would move it."""
+        if timestamp > self.observed:
+            write_stream_time(self.tx, timestamp)
+
     def delete(self, key: Any, timestamp: int, seq: int) -> None:
         entry = (key, timestamp, seq)
         if self.tx.get(entry, _GONE) is not _GONE:

@@ -842,6 +842,9 @@ class TopologyDriver:
                 return f"{handle.name} has records in batches not sent yet (linger)"
             if commit and _uncommitted(worker):
                 return f"{handle.name} has uncommitted work"
+            idle_close = parts.loop.idle_close
+            if idle_close is not None and idle_close.due():
+                return f"{handle.name} has an idle-close check due"
             consumer = handle.transport.main_consumer if handle.transport else None
             if processing:
                 # Back in getmany means done with everything fetched before.

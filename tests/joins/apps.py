@@ -15,6 +15,9 @@ from tests.joins.data import LEFT, RIGHT, Params
 
 #: The kinds streams_app builds so far (compare.KINDS has them all).
 BUILT = (
+    "ss-inner",
+    "ss-left",
+    "ss-outer",
     "st-inner",
     "st-left",
     "stv-inner",
@@ -59,6 +62,14 @@ def join_app(
     def out(kind: str) -> Any:
         return topic(outputs + kind)
 
+    if {"ss-inner", "ss-left", "ss-outer"} & set(kinds):
+        # JoinWindows.ofTimeDifferenceAndGrace(after, grace).before(before).after(after)
+        windows = streams_app.JoinWindows(
+            before=params.before / 1000, after=params.after / 1000, grace=params.grace / 1000
+        )
+        left.join(right, windows, joiner=joiner).to(out("ss-inner"))
+        left.left_join(right, windows, joiner=joiner).to(out("ss-left"))
+        left.outer_join(right, windows, joiner=joiner).to(out("ss-outer"))
     if {"st-inner", "st-left"} & set(kinds):
         table = app.Table("st-right", source=right)
         left.join(table, joiner=joiner).to(out("st-inner"))

@@ -121,6 +121,8 @@ class KafkaObserver:
             bootstrap_servers=bootstrap, isolation_level="read_uncommitted"
         )
         self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        #: A read_committed consumer, started on first use (:meth:`in_transaction`).
+        self._stable: Any = None
 
     async def __aenter__(self) -> KafkaObserver:
         await self.consumer.start()
@@ -130,6 +132,25 @@ class KafkaObserver:
     async def __aexit__(self, *exc: object) -> None:
         await self.consumer.stop()
         await self.admin.close()
+        if self._stable is not None:
+            await self._stable.stop()
+
+    async def in_transaction(self, topics: list[str]) -> bool:
+        """Whether a transaction with records in one of ``topics`` is open (a partition's
+        high watermark above its last stable offset): a moment to SIGKILL a worker in."""
+        if self._stable is None:
+            from aiokafka import AIOKafkaConsumer
+
+            self._stable = AIOKafkaConsumer(
+                bootstrap_servers=self.bootstrap, isolation_level="read_committed"
+            )
+            await self._stable.start()
+        tps = [tp for topic in topics for tp in await self.partitions(topic)]
+        if not tps:
+            return False
+        high = await self.consumer.end_offsets(tps)
+        stable = await self._stable.end_offsets(tps)
+        return any(high[tp] > stable[tp] for tp in tps)
 
     async def partitions(self, topic: str) -> list[Any]:
         from aiokafka import TopicPartition

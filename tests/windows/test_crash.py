@@ -18,7 +18,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 
@@ -61,10 +60,7 @@ async def test_windows_exactly_once_through_three_sigkills(
     )
 
     async def mid_transaction() -> bool:
-        outs = [tp for kind in KINDS for tp in await observer.partitions(prefix + kind)]
-        high = await observer.consumer.end_offsets(outs)
-        stable = await stable_reader.end_offsets(outs)
-        return any(high[tp] > stable[tp] for tp in outs)
+        return await observer.in_transaction([prefix + kind for kind in KINDS])
 
     # Each partition's records cut in four consecutive parts, written one part after the other.
     parts: list[list[Rec]] = [[] for _ in range(4)]
@@ -75,10 +71,6 @@ async def test_windows_exactly_once_through_three_sigkills(
     worker.start()
     observer = KafkaObserver(bootstrap_servers)
     await observer.__aenter__()
-    stable_reader = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers, isolation_level="read_committed"
-    )
-    await stable_reader.start()
     try:
         await asyncio.to_thread(worker.wait_assigned)
         kills = 0
@@ -108,7 +100,6 @@ async def test_windows_exactly_once_through_three_sigkills(
         assert worker.terminate() == 0, worker.tail()
     finally:
         await observer.__aexit__()
-        await stable_reader.stop()
         if worker.running:
             worker.kill()
     assert worker.starts == 4

@@ -47,7 +47,12 @@ def register(processor: type[JoinProcessor]) -> type[JoinProcessor]:
 def _load_processors() -> None:
     # Importing a processor module registers it; here, so that the registry is complete
     # whichever module imported this one first.
-    from streams_app.runtime.joins import foreign_key, stream_table, table_table  # noqa: F401
+    from streams_app.runtime.joins import (  # noqa: F401
+        foreign_key,
+        stream_stream,
+        stream_table,
+        table_table,
+    )
 
 
 class JoinRuntime:

@@ -229,6 +229,20 @@ class WorkerCollector:
             app,
             punctuator.windows_expired,
         )
+        parts = worker.parts
+        closer = parts.idle_close if parts is not None else None
+        if closer is not None:
+            yield _per(
+                CounterMetricFamily(
+                    PREFIX + "idle_closes",
+                    "Times an opted-in windowed table or join (idle_close=) moved its stream time "
+                    "to the wall clock in a task because its inputs had gone quiet, per table or "
+                    "join.",
+                    labels=["app", "target"],
+                ),
+                app,
+                {**{t.name: 0 for t in closer.targets}, **closer.closes},
+            )
         yield from self._state_memory(app)
         yield from self._tasks(app)
         yield from self._restore(app)

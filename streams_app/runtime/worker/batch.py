@@ -131,11 +131,7 @@ class BatchProcessor:
             await dispatch(task, key, records[1:])
             await self.settle()
         if not self.punctuator.idle:
-            try:
-                await self.punctuator.after_batch(self.tasks.running())
-            except CallbackFailed as exc:
-                failure = Failure.of(exc.what, exc.error, None, replayed=True)
-                raise AgentFailed([failure]) from exc
+            await self.punctuate(self.tasks.running())
         if self.joins is not None:
             await self.joins_after_batch()
         await self.sync_positions(batch)
@@ -329,6 +325,21 @@ class BatchProcessor:
             position = await self.consumer.position(key)
             if position > task.offsets.get(key, position):
                 task.offsets[key] = position
+
+    async def punctuate(self, tasks: Iterable[Task]) -> None:
+        """What moving stream time does in ``tasks`` (runtime/punctuator.py); a window-close
+        callback or stream-time timer that raised fails like an agent."""
+        try:
+            await self.punctuator.after_batch(tasks)
+        except CallbackFailed as exc:
+            failure = Failure.of(exc.what, exc.error, None, replayed=True)
+            raise AgentFailed([failure]) from exc
+
+    async def after_idle_close(self, task: Task) -> None:
+        """An idle close moved stream time in ``task`` (runtime/idle_close.py): emit the windows
+        it closed, and let the agents reading a join take the results it released."""
+        await self.punctuate((task,))
+        await self.settle()
 
     def caught_up(self) -> bool:
         """Every record on the broker, as of the last fetch responses, has been processed (one

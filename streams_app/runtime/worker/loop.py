@@ -22,6 +22,7 @@ from streams_app.runtime.clock import Clock
 from streams_app.runtime.commit import MIGRATED, Meanwhile
 from streams_app.runtime.dead_letters import DeadLetters
 from streams_app.runtime.errors_policy import Failure
+from streams_app.runtime.idle_close import IdleClose
 from streams_app.runtime.measured_commit import MeasuredCommitter
 from streams_app.runtime.pacing import FetchPacer
 from streams_app.runtime.producer import StreamsProducer
@@ -69,6 +70,7 @@ class Loop:
         failures: FailureHandler,
         restore: Callable[[], Awaitable[None]],
         sleep: Callable[[float], Awaitable[None]],
+        idle_close: IdleClose | None = None,
     ) -> None:
         self.conf = conf
         self.clock = clock
@@ -89,6 +91,8 @@ class Loop:
         self.restore = restore
         #: Sleeps, returning early when the worker is asked to stop.
         self.sleep = sleep
+        #: The opt-in idle close of windows and joins (None: nothing opted in).
+        self.idle_close = idle_close
         #: A poll made while a commit was in flight failed: the loop's next poll raises it,
         #: where the error would have come from without that poll.
         self.deferred_poll_error: BaseException | None = None
@@ -147,6 +151,8 @@ class Loop:
                 await self.batch.process(batch)
             else:
                 await self.batch.settle()
+            if self.idle_close is not None:
+                await self.idle_close.run(self.tasks.running(), self.batch.after_idle_close)
             await self.collector.flush_soon()
             if committer.due(interval, self.conf.commit_every):
                 if await self.batch.quiescent():

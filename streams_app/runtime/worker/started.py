@@ -20,6 +20,12 @@ from streams_app.runtime import guarantees
 from streams_app.runtime.assignor import EndOffsets, StreamsAssignor
 from streams_app.runtime.dead_letters import DeadLetters
 from streams_app.runtime.global_tables import GlobalTables
+from streams_app.runtime.idle_close import (
+    IdleClose,
+    IdleTarget,
+    JoinIdleTarget,
+    WindowedIdleTarget,
+)
 from streams_app.runtime.measured_commit import MeasuredCommitter
 from streams_app.runtime.no_inputs import NoInputs
 from streams_app.runtime.placement import PlacementConfig
@@ -63,6 +69,8 @@ class Started:
     batch: BatchProcessor
     failures: FailureHandler
     loop: Loop
+    #: The opt-in idle close (None: nothing declared ``idle_close=``).
+    idle_close: IdleClose | None = None
 
     @property
     def leader_tp(self) -> TopicPartition | None:
@@ -137,6 +145,21 @@ def input_consumer(
     )
 
 
+def idle_close(worker: Worker, consumer: ConsumerClient) -> IdleClose | None:
+    """The idle close of what opted in (``idle_close=``), or None: nothing did, and the loop
+    does nothing for it."""
+    targets: list[IdleTarget] = [
+        WindowedIdleTarget(table)
+        for table in worker.app.tables.values()
+        if table.window is not None and table.idle_close is not None
+    ]
+    if worker.joins is not None:
+        targets.extend(JoinIdleTarget(p) for p in worker.joins.idle_targets())
+    if not targets:
+        return None
+    return IdleClose(worker.clock, targets, consumer.fetched_lag)
+
+
 def wire(
     worker: Worker,
     *,
@@ -194,6 +217,7 @@ def wire(
         replicas,
         resubscribe=resubscribe,
     )
+    closer = idle_close(worker, consumer)
     loop = Loop(
         conf,
         clock,
@@ -212,6 +236,7 @@ def wire(
         failures,
         restore=restore,
         sleep=worker.sleep_unless_stopped,
+        idle_close=closer,
     )
     return Started(
         directory=directory,
@@ -231,4 +256,5 @@ def wire(
         batch=batch,
         failures=failures,
         loop=loop,
+        idle_close=closer,
     )

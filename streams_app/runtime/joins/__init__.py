@@ -1,0 +1,1 @@
+"""Join processors: what a task does with the records of a join's inputs (docs/joins.md)."""

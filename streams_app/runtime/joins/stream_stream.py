@@ -1,0 +1,433 @@
+"""Stream-stream windowed joins (inner, left, outer): the processor of one task's partition.
+
+What it computes is docs/joins.md, "Stream-stream join" (Kafka Streams' ``KStream#join(KStream,
+ValueJoiner, JoinWindows)`` and its left and outer variants), restated here as the code does it.
+
+**Matching.** A left record at ``t`` matches the right records of its key with a time in
+``[t - before, t + after]``, a right record at ``t`` the left records in ``[t - after, t +
+before]`` (both ends inclusive, clamped at 0 as Kafka Streams clamps them). A record first looks
+in the *other* side's buffer, then goes into its own (Kafka Streams' ``KStreamJoinWindow``
+forwards a record to the join before storing it): so each pair is emitted once, by whichever of
+the two is processed second, with the larger of the two times. Duplicates (one side, one key,
+one time) are kept apart by their input offset and each pairs.
+
+**What bounds matching, and what grace decides.** A buffered record can be found while it is
+*retained*: its time is within ``before + after + grace`` of the largest time its side has
+stored (:mod:`streams_app.state.join_windows`), as Kafka Streams' window stores keep it. That is
+the only bound on pairs: a record later than grace still pairs with what the other side
+retains, as in Kafka Streams (a record older than its own side's retention is not stored, and
+counted in :attr:`StreamStreamJoinState.too_late`, Kafka Streams' dropped records). Grace
+decides when a left/outer record's *null* is final.
+
+**Nulls (left: left records; outer: both).** A record that found no partner when it arrived
+waits in the unmatched store (:mod:`streams_app.state.unmatched`) until the join's stream time
+passes its window's close, ``t + after + grace`` (left) or ``t + before + grace`` (right); a
+partner arriving meanwhile removes it. When stream time passes the close, its null is emitted
+with its own time, in close order, *before* the record that moved stream time is joined. The
+record is then also deleted from its side's buffer: a released record takes no partner
+afterwards, its result is final (KAFKA-10847 without Kafka Streams 4.3's exceptions,
+docs/joins.md "Where Kafka Streams 4.3 is inconsistent"). A record that arrives unmatched with
+its window already closed gets its null at once and is never buffered.
+
+**Stream time** is the largest time of any record of either side (null keys and null values
+included, as Kafka Streams' shared time tracker), kept in the unmatched store and committed
+with it; an inner join has no nulls and needs none. :meth:`StreamStreamJoinState.advance_to`
+moves it without a record: the opt-in idle close (docs/joins.md).
+
+**Null keys and values.** A null value is dropped (it moves stream time). A null key cannot
+match anything: on a left/outer side it is emitted at once with ``None`` for the other side
+(KIP-962), on an inner side dropped.
+
+**Transactions.** The state lives in three stores (one buffer per side, the unmatched records),
+each through the task's :class:`~streams_app.state.base.PartitionTransaction`: written to the
+store partitions only when the Kafka transaction that carries the join's results and the input
+offsets commits, dropped when it aborts. Like the views it is built on, a state is made anew
+after an abort (their in-memory hints are valid only within one line of transactions).
+
+:class:`StreamStreamJoinState` does not know records, tasks or topics: it takes each record's
+side, key, value, time and input offset, and returns results. :class:`StreamStreamProcessor`
+is what the runtime runs (``runtime/joins/base.py``): it feeds it the records of both topics
+as the dispatcher hands them over (in the task's timestamp order, in the transaction), sends
+its results through the join's outputs, expires the buffers at the end of each batch, and
+moves stream time on an idle close. (``JoinWindows`` here is the window in milliseconds; the
+app's :class:`streams_app.JoinWindows` takes seconds and gives these.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from streams_app.codecs import Codec
+from streams_app.runtime.joins.base import JoinProcessor
+from streams_app.runtime.joins.runtime import register
+from streams_app.state.base import PartitionTransaction
+from streams_app.state.composite import NO_TIME
+from streams_app.state.join_windows import (
+    JoinWindowKeyCodec,
+    JoinWindowTransaction,
+    default_segment_ms,
+    join_window_codecs,
+)
+from streams_app.state.unmatched import (
+    LEFT,
+    RIGHT,
+    UnmatchedKeyCodec,
+    UnmatchedTransaction,
+    unmatched_codecs,
+)
+from streams_app.topology.description import STREAM_STREAM
+
+if TYPE_CHECKING:
+    from streams_app.runtime.actor import Feeder
+    from streams_app.runtime.task import Task
+    from streams_app.topology.contract import Event, TaskScope
+
+__all__ = [
+    "HOWS",
+    "INNER",
+    "LEFT",
+    "LEFT_JOIN",
+    "OUTER",
+    "RIGHT",
+    "JoinResult",
+    "JoinWindows",
+    "StreamStreamJoin",
+    "StreamStreamJoinState",
+    "StreamStreamProcessor",
+]
+
+INNER = "inner"
+LEFT_JOIN = "left"
+OUTER = "outer"
+HOWS = (INNER, LEFT_JOIN, OUTER)
+#: Which sides get a null when nothing matches them.
+_OUTER_SIDES = {INNER: (False, False), LEFT_JOIN: (True, False), OUTER: (True, True)}
+
+
+@dataclass(frozen=True)
+class JoinWindows:
+    """A stream-stream join window in ms (Kafka Streams' ``JoinWindows``): a left record at
+    ``t`` matches right records in ``[t - before, t + after]``; ``grace`` is how long after a
+    window's end its null may still be cancelled by a late partner."""
+
+    before: int
+    after: int
+    grace: int = 0
+
+    def __post_init__(self) -> None:
+        if self.before + self.after < 0:
+            raise ValueError(
+                f"a join window needs before + after >= 0 (before={self.before} ms, "
+                f"after={self.after} ms): it would match nothing"
+            )
+        if self.grace < 0:
+            raise ValueError(f"a join window's grace must not be negative ({self.grace} ms)")
+
+    @property
+    def retention(self) -> int:
+        """How long each side's buffer keeps a record (Kafka Streams: window size + grace)."""
+        return self.before + self.after + self.grace
+
+    @property
+    def close_after(self) -> tuple[int, int]:
+        """How long after its time a left / right record's window closes (grace included)."""
+        return (self.after + self.grace, self.before + self.grace)
+
+    def other_side_range(self, side: int, timestamp: int) -> tuple[int, int]:
+        """The other side's times that a record of ``side`` at ``timestamp`` matches."""
+        if side == LEFT:
+            low, high = timestamp - self.before, timestamp + self.after
+        else:
+            low, high = timestamp - self.after, timestamp + self.before
+        return (low if low > 0 else 0), (high if high > 0 else 0)
+
+
+class JoinResult(NamedTuple):
+    """One result: the key, the left and right values (None: no partner), the result's time."""
+
+    key: Any
+    left: Any
+    right: Any
+    timestamp: int
+
+
+@dataclass(frozen=True)
+class StreamStreamJoin:
+    """A stream-stream join's definition as the runtime needs it: kind, window, and the codecs
+    of its three stores (see :meth:`store_codecs`)."""
+
+    how: str
+    windows: JoinWindows
+
+    def __post_init__(self) -> None:
+        if self.how not in HOWS:
+            raise ValueError(f"a stream-stream join is one of {HOWS}, not {self.how!r}")
+
+    @property
+    def outer_sides(self) -> tuple[bool, bool]:
+        return _OUTER_SIDES[self.how]
+
+    @property
+    def has_unmatched(self) -> bool:
+        """Whether the join keeps unmatched records (left and outer joins)."""
+        return self.how != INNER
+
+    @property
+    def segment_ms(self) -> int:
+        return default_segment_ms(self.windows.retention)
+
+    def store_codecs(self, key: Codec, left: Codec, right: Codec) -> dict[str, tuple[Codec, Codec]]:
+        """The (key, value) codecs of each store the join owns, by role: ``"left"`` and
+        ``"right"`` (each side's buffer) and, for left and outer joins, ``"unmatched"``."""
+        segment = self.segment_ms
+        out: dict[str, tuple[Codec, Codec]] = {
+            "left": join_window_codecs(key, left, segment),
+            "right": join_window_codecs(key, right, segment),
+        }
+        if self.has_unmatched:
+            out["unmatched"] = unmatched_codecs(key, left, right)
+        return out
+
+    def open(
+        self,
+        left: PartitionTransaction,
+        right: PartitionTransaction,
+        unmatched: PartitionTransaction | None,
+    ) -> StreamStreamJoinState:
+        """The state of one task partition of this join, over its stores' transactions (made
+        with :meth:`store_codecs`' codecs)."""
+        return StreamStreamJoinState(self, left, right, unmatched)
+
+
+def _codec(tx: PartitionTransaction, kind: type) -> Any:
+    codec = tx.key_codec
+    if not isinstance(codec, kind):
+        raise TypeError(f"a join store needs a {kind.__name__} key codec, not {codec!r}")
+    return codec
+
+
+class StreamStreamJoinState:
+    """One task's join of one partition: both sides' buffers and the unmatched records.
+
+    :meth:`process` takes one record and returns the results it makes, in order;
+    :meth:`expire` (at the end of a batch) deletes what has fallen out of retention;
+    :meth:`advance_to` moves stream time without a record (idle close).
+    """
+
+    __slots__ = (
+        "buffers",
+        "join",
+        "outer",
+        "released",
+        "skipped",
+        "too_late",
+        "unmatched",
+        "windows",
+    )
+
+    def __init__(
+        self,
+        join: StreamStreamJoin,
+        left: PartitionTransaction,
+        right: PartitionTransaction,
+        unmatched: PartitionTransaction | None,
+    ) -> None:
+        windows = join.windows
+        self.join = join
+        self.windows = windows
+        self.outer = join.outer_sides
+        retention = windows.retention
+        self.buffers = (
+            JoinWindowTransaction(left, _codec(left, JoinWindowKeyCodec), retention),
+            JoinWindowTransaction(right, _codec(right, JoinWindowKeyCodec), retention),
+        )
+        self.unmatched: UnmatchedTransaction | None = None
+        if join.has_unmatched:
+            if unmatched is None:
+                raise ValueError(f"a {join.how} join needs its unmatched store")
+            self.unmatched = UnmatchedTransaction(
+                unmatched, _codec(unmatched, UnmatchedKeyCodec), windows.close_after
+            )
+        #: Records not buffered because older than their side's retention (Kafka Streams'
+        #: dropped records of a join window store); they still looked for partners.
+        self.too_late = 0
+        #: Records dropped for a null value, or a null key on an inner side.
+        self.skipped = 0
+        #: Nulls emitted because a record's window closed unmatched.
+        self.released = 0
+
+    @property
+    def stream_time(self) -> int | None:
+        """The join's stream time (None: an inner join keeps none, or nothing seen yet)."""
+        unmatched = self.unmatched
+        if unmatched is None:
+            return None
+        now = unmatched.stream_time
+        return None if now == NO_TIME else now
+
+    def process(
+        self, side: int, key: Any, value: Any, timestamp: int, seq: int
+    ) -> list[JoinResult]:
+        """Join one record of ``side`` (``LEFT``/``RIGHT``); ``seq``: its input offset (unique
+        in its side's partition, and the same when the record is processed again after an
+        abort). Returns the nulls its time made due, then its own results."""
+        unmatched = self.unmatched
+        out: list[JoinResult] = []
+        if unmatched is not None and unmatched.advance(timestamp):
+            self._release(out)
+        if key is None:
+            if value is not None and self.outer[side]:
+                out.append(
+                    JoinResult(None, value, None, timestamp)
+                    if side == LEFT
+                    else JoinResult(None, None, value, timestamp)
+                )
+            else:
+                self.skipped += 1
+            return out
+        if value is None:
+            self.skipped += 1
+            return out
+        other = RIGHT - side  # LEFT <-> RIGHT (0 <-> 1)
+        low, high = self.windows.other_side_range(side, timestamp)
+        partners = self.buffers[other].fetch(key, low, high)
+        mine = self.buffers[side]
+        if partners:
+            unmatch = unmatched.remove if unmatched is not None and self.outer[other] else None
+            for partner in partners:
+                when = partner.timestamp if partner.timestamp > timestamp else timestamp
+                if side == LEFT:
+                    out.append(JoinResult(key, value, partner.value, when))
+                else:
+                    out.append(JoinResult(key, partner.value, value, when))
+                if unmatch is not None:
+                    unmatch(other, key, partner.timestamp, partner.seq)
+        elif unmatched is not None and self.outer[side]:
+            if unmatched.closed(side, timestamp):
+                # Its window closed before it came, and nothing matched it: final at once.
+                out.append(
+                    JoinResult(key, value, None, timestamp)
+                    if side == LEFT
+                    else JoinResult(key, None, value, timestamp)
+                )
+                self.released += 1
+                mine.observe(timestamp)
+                return out
+            unmatched.add(side, key, timestamp, seq, value)
+        if not mine.put(key, timestamp, seq, value):
+            self.too_late += 1
+        return out
+
+    def _release(self, out: list[JoinResult]) -> None:
+        """The nulls of every waiting record whose window has closed, in close order; each
+        released record leaves its buffer (it takes no partner afterwards)."""
+        assert self.unmatched is not None
+        buffers = self.buffers
+        for record in self.unmatched.due():
+            buffers[record.side].delete(record.key, record.timestamp, record.seq)
+            if record.side == LEFT:
+                out.append(JoinResult(record.key, record.value, None, record.timestamp))
+            else:
+                out.append(JoinResult(record.key, None, record.value, record.timestamp))
+            self.released += 1
+
+    def advance_to(self, timestamp: int) -> list[JoinResult]:
+        """Move the join's stream time up to ``timestamp`` (never back) without a record, and
+        return the nulls that makes due (the idle close; nothing for an inner join)."""
+        out: list[JoinResult] = []
+        unmatched = self.unmatched
+        if unmatched is not None and unmatched.advance(timestamp):
+            self._release(out)
+        return out
+
+    def next_close(self) -> int | None:
+        """When the next waiting record's window closes (None: none waits)."""
+        return None if self.unmatched is None else self.unmatched.next_close
+
+    def expire(self) -> int:
+        """Delete buffered records past retention (their changelog tombstones go out at
+        commit); returns how many."""
+        left, right = self.buffers
+        return left.expire() + right.expire()
+
+
+# -- in a worker --------------------------------------------------------------------------------
+
+
+class _Side:
+    """The feeder of one side's topic: hands each record to the processor with its side."""
+
+    __slots__ = ("label", "processor", "side")
+
+    def __init__(self, processor: StreamStreamProcessor, side: int) -> None:
+        self.processor = processor
+        self.side = side
+        self.label = f"{processor.label}:{'left' if side == LEFT else 'right'}"
+
+    async def forward(self, event: Event) -> None:
+        await self.processor.process(self.side, event)
+
+
+@register
+class StreamStreamProcessor(JoinProcessor):
+    """A declared stream-stream join (``topic.join(other_topic, JoinWindows(...))``) in a
+    worker: one :class:`StreamStreamJoinState` per task, over the join's stores in that task
+    (``left``, ``right`` and, for left and outer joins, ``unmatched``: app/joins.py declares
+    them with :meth:`StreamStreamJoin.store_codecs`' codecs)."""
+
+    kind = STREAM_STREAM
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        join = self.join
+        assert join.before_ms is not None and join.after_ms is not None
+        self.definition = StreamStreamJoin(
+            join.how, JoinWindows(join.before_ms, join.after_ms, join.grace_ms or 0)
+        )
+
+    def feeders(self) -> Iterable[tuple[str, Feeder]]:
+        join = self.join
+        return (
+            (join.left_topic.name, _Side(self, LEFT)),
+            (join.right_topic.name, _Side(self, RIGHT)),
+        )
+
+    def open(self, task: TaskScope) -> StreamStreamJoinState:
+        store = self.store
+        unmatched = store(task, "unmatched") if self.definition.has_unmatched else None
+        return self.definition.open(store(task, "left"), store(task, "right"), unmatched)
+
+    async def process(self, side: int, event: Event) -> None:
+        """One record of ``side``: the nulls its time made due, then its pairs (or, arriving
+        unmatched with its window closed, its own null), in the record's transaction."""
+        task = event.task
+        state: StreamStreamJoinState = self.state(task)
+        key = None if event.raw_key is None else event.key
+        found = state.process(side, key, event.value, event.timestamp, event.offset)
+        if found:
+            await self._emit(task, found, event)
+
+    async def after_batch(self, task: Task) -> None:
+        if self.join.stores["left"].name not in task.tables:
+            return  # no record of the join in this task since its last commit or abort
+        state: StreamStreamJoinState = self.state(task)
+        state.expire()
+
+    async def on_idle(self, task: Task, now_ms: int) -> bool:
+        """Move the join's stream time to ``now_ms`` if that closes a waiting record's window,
+        and emit the nulls (nothing for an inner join: it has none)."""
+        if not self.definition.has_unmatched:
+            return False
+        state: StreamStreamJoinState = self.state(task)
+        due = state.next_close()
+        if due is None or due >= now_ms:
+            return False
+        await self._emit(task, state.advance_to(now_ms), None)
+        return True
+
+    async def _emit(self, task: TaskScope, found: list[JoinResult], trigger: Event | None) -> None:
+        result = self.join.result
+        for r in found:
+            await self.emit(task, r.key, result(r.left, r.right), r.timestamp, trigger)

@@ -1,0 +1,129 @@
+"""Stream-stream joins on the real broker, exactly once through three SIGKILLs.
+
+The differential test's input (out-of-order records, ties between the two topics, exact window
+edges, late records, null keys and values, keys on one side only; tests/joins/data.py) is
+written to both topics first; a worker with the inner, left and outer joins over the
+asymmetric window with grace (tests/joins/ss_crash_app.py) then works through it and is
+SIGKILLed three times while it holds a transaction with join results in it, restarting each
+time on the same state directory (its join buffers and unmatched records restored from their
+changelogs, its join stream time with them). Afterwards, read_committed, each join's output is
+exactly the independent oracle's (tests/joins/oracle.py): every pair once, a null exactly for
+each record that never matched and none for one that did, per output partition in the order
+the definitions give (compare.check, no difference allowed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from streams_app.readback import ReadRecord, group_lag, read_topics, wait_committed
+from streams_app.testing.workers import WorkerProcess
+from tests.joins.apps import join_app
+from tests.joins.compare import check
+from tests.joins.data import LEFT, RIGHT, Params, generate
+from tests.joins.models import Row, parse
+from tests.joins.ss_crash_app import STREAM_STREAM
+from tests.joins.test_vs_kafka_streams import produce
+from tests.runtime.helpers import KafkaObserver, wait_until
+from tests.windows.test_vs_kafka_streams import create_topics
+
+pytestmark = pytest.mark.kafka
+
+SEED = 41
+KILLS = 3
+
+#: The topology's codecs (str keys and values, as the app declares them).
+CODECS = join_app("codecs", "in-", "out-", Params(), 2, STREAM_STREAM).topics["in-left"]
+
+
+def row(r: ReadRecord) -> Row:
+    """An output record as the comparison reads it (the joiner's ``left+right`` text)."""
+    key = None if r.key is None else CODECS.key_codec.loads(r.key).encode()
+    value = None if r.value is None else CODECS.value_codec.loads(r.value).encode()
+    return parse(key, value, r.timestamp)
+
+
+async def test_stream_stream_joins_exactly_once_through_three_sigkills(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    data = generate(SEED, per_partition=500)
+    app_id, inputs, outputs = f"ss-crash-{unique}", f"ssin-{unique}-", f"ssout-{unique}-"
+    out_topics = [outputs + kind for kind in STREAM_STREAM]
+    in_topics = [inputs + LEFT, inputs + RIGHT]
+    await create_topics(bootstrap_servers, in_topics, data.partitions)
+    # Encoded as the app's topics declare.
+    await produce(
+        bootstrap_servers,
+        inputs,
+        data.records,
+        key=CODECS.key_codec.dumps,
+        value=CODECS.value_codec.dumps,
+    )
+    worker = WorkerProcess(
+        "tests.joins.ss_crash_app",
+        state_dir=tmp_path / "state",
+        log_path=tmp_path / "worker.log",
+        env={
+            "STREAMS_APP_BROKER": bootstrap_servers,
+            "STREAMS_APP_SESSION_TIMEOUT": "3",
+            "STREAMS_APP_HEARTBEAT_INTERVAL": "1",
+            # Small batches and transactions open for a while, so that kills land in one.
+            "STREAMS_APP_MAX_POLL_RECORDS": "20",
+            "STREAMS_APP_COMMIT_INTERVAL": "1",
+            "JOIN_TEST_APP": app_id,
+            "JOIN_TEST_INPUTS": inputs,
+            "JOIN_TEST_OUTPUTS": outputs,
+            "JOIN_TEST_PARTITIONS": str(data.partitions),
+        },
+    )
+    observer = KafkaObserver(bootstrap_servers)
+    await observer.__aenter__()
+
+    async def mid_transaction() -> bool:  # join results in an open transaction
+        return await observer.in_transaction(out_topics)
+
+    try:
+        worker.start()
+        kills = 0
+        while kills < KILLS:
+            await asyncio.to_thread(worker.wait_assigned)
+            await wait_until(mid_transaction, timeout=60, interval=0.005)
+            worker.kill()
+            kills += 1
+            worker.start()
+        await asyncio.to_thread(worker.wait_assigned)
+
+        async def done() -> bool:
+            return not await group_lag(bootstrap_servers, app_id, in_topics)
+
+        await wait_until(done, timeout=180, interval=0.3)
+        assert worker.terminate() == 0, worker.tail()
+    finally:
+        await observer.__aexit__()
+        if worker.running:
+            worker.kill()
+    assert worker.starts == KILLS + 1
+    await wait_committed(bootstrap_servers, app_id, in_topics, outputs=out_topics)
+
+    # The kills hit open transactions: records of aborted ones are visible read_uncommitted.
+    everything = await read_topics(
+        bootstrap_servers, out_topics, isolation_level="read_uncommitted"
+    )
+    committed = await read_topics(bootstrap_servers, out_topics)
+    assert sum(len(everything[t]) - len(committed[t]) for t in out_topics) > 0, (
+        "no kill landed inside a transaction"
+    )
+    lines = []
+    for kind in STREAM_STREAM:
+        records = sorted(committed[outputs + kind], key=lambda r: (r.partition, r.offset))
+        rows = [row(r) for r in records]
+        outcome = check(
+            kind, rows, data, reference=False, partitions=[r.partition for r in records]
+        )
+        assert outcome.rows > 0, kind
+        lines.append(outcome.line())
+    print("\n".join(lines), file=sys.stderr)
