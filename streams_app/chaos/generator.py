@@ -31,8 +31,11 @@ from streams_app.aio import within
 
 log = logging.getLogger(__name__)
 
-#: Records sent between two checks of the pace (and of acknowledgements).
+#: Records sent between two checks of the pace (and of acknowledgements), at most ...
 CHUNK = 500
+#: ... and at most this many seconds' worth, so that input flows steadily at low rates too
+#: (the progress monitor tells "resumed" from "nothing arrived" by new input).
+CHUNK_SECONDS = 0.25
 
 
 @dataclass
@@ -125,6 +128,7 @@ class Generator:
         started = time.monotonic()
         producer = await self._producer()
         rate = self.records / self.duration if self.duration > 0 else 0.0
+        chunk_size = max(1, min(CHUNK, int(rate * CHUNK_SECONDS))) if rate else CHUNK
         try:
             while result.sent < self.records and not self._stop.is_set():
                 if rate:
@@ -137,7 +141,7 @@ class Generator:
                             break
                         except TimeoutError:
                             pass
-                count = min(CHUNK, self.records - result.sent)
+                count = min(chunk_size, self.records - result.sent)
                 chunk = [
                     (self._rng.randrange(self.keys), self._rng.randrange(self.values))
                     for _ in range(count)
