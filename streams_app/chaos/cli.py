@@ -29,7 +29,13 @@ from pathlib import Path
 from streams_app.broker import EmbeddedKafka
 from streams_app.broker.netns import Network, NetworkUnavailable, require_namespaces
 from streams_app.chaos.config import ChaosConfig
-from streams_app.chaos.report import examples_text, liveness_table, summary_table, write_results
+from streams_app.chaos.report import (
+    examples_text,
+    fault_timeline,
+    liveness_table,
+    summary_table,
+    write_results,
+)
 from streams_app.chaos.run import run_chaos
 from streams_app.chaos.schedule import (
     DEFAULT_MIX,
@@ -184,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             brokers=3,
             session_timeout=config.session_timeout,
             transaction_timeout=config.transaction_timeout,
+            back_to_back=config.back_to_back,
+            max_down=config.max_network_down,
         ):
             print(fault.describe())
         return 0
@@ -236,6 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if details:
         print()
         print(details)
+    for name, result in results.items():
+        if result.fault_log:
+            print(f"\n{name} faults:\n{fault_timeline(result)}")
     print(
         f"\nchaos: {time.monotonic() - started:.0f}s, seed {config.seed}; results in "
         f"{config.output}",

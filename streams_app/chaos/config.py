@@ -33,9 +33,17 @@ class ChaosConfig:
     #: The networked mode: every broker, worker and the generator in a network namespace of
     #: its own (streams_app.broker.netns), so network faults can cut links. Needs root.
     network: bool = False
+    #: Short runs: faults back to back from the start (each as soon as the one before has
+    #: recovered), network faults held at most ``max_network_down`` seconds (but past the
+    #: session timeout where the kind says so), so that all of them strike while input flows.
+    back_to_back: bool = False
+    max_network_down: float | None = None
     #: Standby replicas per task, and static group membership, for every system's workers.
     standby_replicas: int = 0
     static_membership: bool = False
+    #: None: exactly-once. Another guarantee is unsafe on purpose: only for showing that the
+    #: verifier catches what it lets through.
+    processing_guarantee: str | None = None
     #: faust-streaming's row: its size (it processes ~100 records/s here, see CHAOS.md), its
     #: duration and fault count (None: as streams_app's), and a hard limit on its whole run.
     faust_records: int = 30_000

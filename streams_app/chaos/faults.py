@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,13 +39,17 @@ log = logging.getLogger(__name__)
 @dataclass
 class FaultRecord:
     fault: Fault
-    #: Seconds after the start of the run at which it actually struck.
+    #: Seconds after the start of the run at which it actually struck, and the wall clock
+    #: then (to find it in the workers' and brokers' logs).
     struck_at: float = 0.0
+    struck_wall: str = ""
     target: str = ""
     #: Seconds from the strike until every input partition made progress again (None: never,
     #: within the wait).
     resume_seconds: float | None = None
     skipped: bool = False
+    #: Struck after the generator had written its last record (the schedule ran late).
+    after_input: bool = False
     notes: list[str] = field(default_factory=list)
     #: Network faults: seconds from the strike to the heal, and what was found after it.
     healed_after: float | None = None
@@ -62,9 +67,11 @@ class FaultRecord:
         out = {
             **self.fault.asdict(),
             "struck_at": round(self.struck_at, 2),
+            "struck_wall": self.struck_wall,
             "target": self.target,
             "resume_seconds": _round(self.resume_seconds),
             "skipped": self.skipped,
+            "after_input": self.after_input,
             "notes": self.notes,
         }
         if self.after_heal is not None:
@@ -73,6 +80,10 @@ class FaultRecord:
             out["workers_after_heal"] = self.after_heal.workers
             out["hanging_after_heal"] = self.after_heal.hanging
         return out
+
+
+def _wall() -> str:
+    return datetime.datetime.now().isoformat(sep=" ", timespec="milliseconds")
 
 
 def _round(value: float | None) -> float | None:
@@ -102,6 +113,9 @@ class FaultInjector:
         #: Monotonic time after which remaining faults are skipped (bounds a hung system).
         self.deadline = deadline
         self.records: list[FaultRecord] = []
+        #: Whether input still flows (the generator runs): a fault that strikes after the
+        #: input ended has nothing to resume, and its resume time says nothing.
+        self.input_running: Callable[[], bool] = lambda: True
         #: Worker exits nobody asked for (crashes), by worker index.
         self.unexpected_exits: list[str] = []
         #: The networked mode's faults (None: loopback, network faults cannot be injected).
@@ -125,6 +139,10 @@ class FaultInjector:
             if fault.kind in kinds.BROKER_FAULTS or fault.kind in kinds.NETWORK_FAULTS:
                 await wait_fully_replicated(self.cluster.bootstrap_servers, timeout=90.0)
             record.struck_at = time.monotonic() - started
+            record.struck_wall = _wall()
+            if not self.input_running():
+                record.after_input = True
+                record.notes.append("struck after the input ended: its resume time is vacuous")
             log.info("fault %s", fault.describe())
             try:
                 await self._inject(fault, record)
@@ -217,6 +235,7 @@ class FaultInjector:
         # Planning may take a while (a coordinators cut moves leaders first): the strike is now.
         struck = time.monotonic()
         record.struck_at = struck - self._started
+        record.struck_wall = _wall()
         resumed = asyncio.create_task(
             self.monitor.wait_resumed(struck, self.resume_timeout + fault.down)
         )

@@ -148,3 +148,30 @@ def examples_text(results: Mapping[str, SystemResult]) -> str:
                 lines.append(f"{name} {inv.short(key)}: {result.violations.get(key, 0)}, e.g.")
                 lines.extend(f"  - {e}" for e in examples)
     return "\n".join(lines)
+
+
+def fault_timeline(result: SystemResult) -> str:
+    """One line per fault: when it was due and struck, what it hit, when it healed, and how
+    long processing took to resume."""
+    lines = []
+    for entry in result.fault_log:
+        resume = entry.get("resume_seconds")
+        line = (
+            f"#{entry['index']} {entry['kind']} due {entry['at']:.1f}s, struck "
+            f"{entry['struck_at']:.1f}s ({entry.get('struck_wall', '')}): {entry['target']}"
+        )
+        if entry.get("skipped"):
+            lines.append(line + ": skipped")
+            continue
+        if entry.get("healed_after") is not None:
+            after = entry.get("resume_after_heal")
+            line += f"; healed after {entry['healed_after']:.1f}s"
+            line += (
+                f"; resumed {_seconds(resume)}s after the strike, {_seconds(after)}s after the heal"
+            )
+        else:
+            line += f"; resumed {_seconds(resume)}s after the strike"
+        for note in entry.get("notes", []):
+            line += f" [{note}]"
+        lines.append(line)
+    return "\n".join(lines)

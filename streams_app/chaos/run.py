@@ -127,6 +127,7 @@ def make_system(name: str, bootstrap: str, workdir: Path, config: ChaosConfig) -
         replication_factor=3,
         standby_replicas=config.standby_replicas,
         static_membership=config.static_membership,
+        processing_guarantee=config.processing_guarantee,
     )
     suffix = f"{'sa' if name == STREAMS_APP else 'fa'}{config.seed}-{uuid.uuid4().hex[:6]}"
     cls = StreamsAppSystem if name == STREAMS_APP else FaustSystem
@@ -261,6 +262,8 @@ async def run_system(
             brokers=len(cluster.nodes),
             session_timeout=config.session_timeout,
             transaction_timeout=system.transaction_timeout,
+            back_to_back=config.back_to_back,
+            max_down=config.max_network_down,
         )
         # Long enough to measure a resume well past the liveness bound (which also counts the
         # longest restore, known only at the end), short enough that a system that never
@@ -292,6 +295,7 @@ async def run_system(
         gen_run = GeneratorRun(
             generator, network.namespace_of(GENERATOR_HOST) if network is not None else None
         )
+        injector.input_running = lambda: not gen_run.task.done()
         await injector.run(schedule, run_started)
         if deadline is not None:
             remaining = max(1.0, deadline - time.monotonic())
@@ -482,6 +486,12 @@ def _fill(
     )
     result.liveness_bound_seconds = round(bound, 1)
     struck = [r for r in records if not r.skipped]
+    late_ones = sum(1 for r in struck if r.after_input)
+    if late_ones:
+        result.notes.append(
+            f"{late_ones} fault(s) struck after the input ended (the schedule ran late): "
+            "their resume times are vacuous"
+        )
     resumes = [r.resume_seconds for r in struck if r.resume_seconds is not None]
     result.max_resume_seconds = round(max(resumes), 2) if resumes else None
     result.resume_by_kind = resume_by_kind(struck)

@@ -181,7 +181,13 @@ def build_schedule(
     brokers: int,
     session_timeout: float,
     transaction_timeout: float,
+    back_to_back: bool = False,
+    max_down: float | None = None,
 ) -> list[Fault]:
+    """The faults of a run. ``back_to_back``: every fault due early on, so each strikes as soon
+    as the one before has recovered (short runs that must fit their faults into the input);
+    ``max_down``: no network fault holds longer (kinds that must outlast the session timeout
+    still do)."""
     rng = random.Random(f"chaos-schedule-{seed}")
     kinds = [k for k in KINDS if mix.get(k, 0) > 0]
     chosen = list(kinds[:faults])
@@ -201,6 +207,9 @@ def build_schedule(
             down = _network_down(rng, kind, session_timeout, transaction_timeout)
         else:
             down = rng.uniform(0.0, 3.0)
+        if max_down is not None and kind in NETWORK_FAULTS:
+            floor = session_timeout + 2.0 if kind in (WORKER_CUT, COORDINATORS_CUT) else 0.5
+            down = max(floor, min(down, max_down))
         worker = rng.randrange(workers)
         node = rng.randrange(brokers) + 1
         # Drawn for network kinds only, so process-only schedules stay what their seeds gave.
@@ -209,7 +218,7 @@ def build_schedule(
             Fault(
                 index=index + 1,
                 kind=kind,
-                at=round(at, 2),
+                at=round(0.05 * duration if back_to_back else at, 2),
                 worker=worker,
                 node=node,
                 down=round(down, 2),

@@ -99,6 +99,9 @@ class WorkerSettings:
     standby_replicas: int = 0
     #: Static group membership: worker i joins as ``worker-<i>`` (group.instance.id).
     static_membership: bool = False
+    #: None: exactly-once (each system's own). Another guarantee only to show that the
+    #: verifier catches what it lets through (tests/chaos/test_chaos.py).
+    processing_guarantee: str | None = None
 
 
 class System:
@@ -196,6 +199,8 @@ class StreamsAppSystem(System):
             env["STREAMS_APP_TABLE_STANDBY_REPLICAS"] = str(s.standby_replicas)
         if s.static_membership:
             env["STREAMS_APP_GROUP_INSTANCE_ID"] = f"worker-{index}"
+        if s.processing_guarantee is not None:
+            env["STREAMS_APP_PROCESSING_GUARANTEE"] = s.processing_guarantee
         return WorkerProcess(
             self.module,
             state_dir=self.state_dir(index),
@@ -271,6 +276,8 @@ class FaustSystem(System):
         }
         if s.static_membership:
             env["FAUST_GROUP_INSTANCE_ID"] = f"worker-{index}"
+        if s.processing_guarantee is not None:
+            env["FAUST_GUARANTEE"] = s.processing_guarantee
         faust = Path(sys.executable).with_name("faust")
         return WorkerProcess(
             self.module,
