@@ -73,6 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
         + "; with --network also each network kind at weight 1)",
     )
     size.add_argument(
+        "--back-to-back",
+        action="store_true",
+        help="every fault as soon as the one before has recovered (short runs)",
+    )
+    size.add_argument(
+        "--max-network-down",
+        type=float,
+        default=None,
+        help="hold no network fault longer (past the session timeout where the kind says so)",
+    )
+    size.add_argument(
         "--network",
         action="store_true",
         help="networked mode: each broker, worker and the generator in its own network "
@@ -139,6 +150,8 @@ def config_from(args: argparse.Namespace) -> ChaosConfig:
         if args.mix
         else {**DEFAULT_MIX, **(NETWORK_MIX if args.network else {})},
         network=args.network,
+        back_to_back=args.back_to_back,
+        max_network_down=args.max_network_down,
         standby_replicas=args.standbys,
         static_membership=args.static_membership,
         systems=tuple(s.strip() for s in args.systems.split(",") if s.strip()),

@@ -253,7 +253,9 @@ class FaultInjector:
         report.workers = await self.network.check_workers(healed)
         for line in report.workers:
             log.warning("fault #%d %s: after the heal, %s", fault.index, fault.kind, line)
-        self.network.sweep_later(healed, self.transaction_timeout, report)
+        self.network.sweep_later(
+            healed, self.transaction_timeout, report, f"{fault.index}-{fault.kind}"
+        )
 
 
 async def wait_fully_replicated(bootstrap: str, timeout: float) -> bool:

@@ -41,13 +41,25 @@ from streams_app.chaos.leadership import move_leaders_off
 from streams_app.chaos.schedule import Fault
 from streams_app.chaos.systems import System, wait_transactional_id
 from streams_app.kafka.ops_admin import OpsAdmin
-from streams_app.ops.transactions import HANGING, OVERDUE, OVERDUE_GRACE_MS, open_transactions
+from streams_app.ops.dump import dump_partition
+from streams_app.ops.transactions import (
+    HANGING,
+    OVERDUE,
+    OVERDUE_GRACE_MS,
+    PartitionTransaction,
+    describe_transaction,
+    open_transactions,
+)
+from streams_app.ops.txn_report import format_detail, format_dump, format_open
 from streams_app.testing.workers import WorkerProcess
 
 log = logging.getLogger(__name__)
 
 #: The generator's host (it writes from a namespace of its own, a client like the workers).
 GENERATOR_HOST = "gen"
+#: Seconds the network must have been whole before the hanging check reads it (a broker that
+#: was cut off catches up with the controller's metadata in about a second).
+WHOLE_FOR = 3.0
 #: The slow link's queue: what would wait longer is dropped.
 SLOW_LINK_LATENCY_MS = 500
 #: Lines that make a worker's exit a clear stop: the CLI's error line, or the worker's own
@@ -123,6 +135,11 @@ class NetworkFaults:
         self.bound = bound
         self._sweeps: list[asyncio.Task[None]] = []
         self._admin: OpsAdmin | None = None
+        #: Cuts applied so far (a flapping link counts each phase), whether one holds now, and
+        #: since when the network is whole: the hanging check only trusts a whole network.
+        self._strikes = 0
+        self._cut_holds = False
+        self._whole_since = time.monotonic()
 
     @property
     def bootstrap(self) -> str:
@@ -254,16 +271,27 @@ class NetworkFaults:
             if fault.kind == kinds.FLAPPING_LINK:
                 for is_cut, seconds in kinds.flapping_pattern(fault):
                     if is_cut:
-                        cut.apply(self.network)
+                        self._apply(cut)
                     else:
-                        cut.heal(self.network)
+                        self._heal(cut)
                     await asyncio.sleep(seconds)  # the drawn pattern's timing
             else:
-                cut.apply(self.network)
+                self._apply(cut)
                 await asyncio.sleep(fault.down)  # the drawn duration of the cut
         finally:
-            cut.heal(self.network)
+            self._heal(cut)
         return time.monotonic()
+
+    def _apply(self, cut: Cut) -> None:
+        self._strikes += 1
+        self._cut_holds = True
+        cut.apply(self.network)
+
+    def _heal(self, cut: Cut) -> None:
+        cut.heal(self.network)
+        if self._cut_holds:
+            self._cut_holds = False
+            self._whole_since = time.monotonic()
 
     # -- after the heal ----------------------------------------------------------------------
 
@@ -304,30 +332,74 @@ class NetworkFaults:
                     )
         return problems
 
-    def sweep_later(self, healed: float, transaction_timeout: float, report: HealReport) -> None:
+    def sweep_later(
+        self, healed: float, transaction_timeout: float, report: HealReport, label: str
+    ) -> None:
         """Check for hanging transactions once the heal is old enough that any transaction
         still open from before it is either ended by its coordinator or overdue."""
         settle = transaction_timeout + OVERDUE_GRACE_MS / 1000 + 1.0
 
         async def sweep() -> None:
             await asyncio.sleep(max(0.0, healed + settle - time.monotonic()))
-            report.hanging = await self.hanging()
+            report.hanging = await self.hanging_while_whole(label)
 
         self._sweeps.append(asyncio.create_task(sweep(), name="chaos-hanging-sweep"))
 
-    async def hanging(self, attempts: int = 3) -> list[str] | None:
+    async def hanging_while_whole(self, label: str) -> list[str] | None:
+        """:meth:`hanging`, read while no cut holds (and none has for :data:`WHOLE_FOR`
+        seconds); read again if a cut struck meanwhile.
+
+        During a partition the answer cannot be trusted: a broker cut off from the active
+        controller has lost its leaderships without knowing it, and answers DescribeProducers
+        with the producer state of partitions it no longer leads (a transaction whose marker
+        the new leader already has, shown open). The next fault may already hold when this
+        fault's check is due, so the check waits for the network to be whole again.
+        """
+        while True:
+            while self._cut_holds or time.monotonic() - self._whole_since < WHOLE_FOR:
+                await asyncio.sleep(0.1)  # the injector's cuts come and go; no event to await
+            strikes = self._strikes
+            found = await self.hanging(label)
+            if strikes == self._strikes and not self._cut_holds:
+                return found
+
+    async def hanging(self, label: str = "end", attempts: int = 3) -> list[str] | None:
         """Hanging and overdue transactions on the run's partitions, as ``streams-app txn
-        hanging`` judges them; None if the check failed ``attempts`` times (a broker down)."""
+        hanging`` judges them; None if the check failed ``attempts`` times (a broker down).
+        What is found is described in ``hanging-<label>.txt`` of the run's directory."""
         for attempt in range(attempts):
             try:
-                found = await open_transactions(await self.admin(), topics=self._app_topics())
+                admin = await self.admin()
+                found = await open_transactions(admin, topics=self._app_topics())
             except Exception as exc:
                 log.info("hanging-transaction check failed (attempt %d): %r", attempt + 1, exc)
                 await asyncio.sleep(2.0)
                 continue
+            bad = [t for t in found if t.verdict in (HANGING, OVERDUE)]
+            if bad:
+                await self._describe(label, found, bad)
             return [
                 f"{t.topic}[{t.partition}] at {t.start_offset}: {t.verdict}, {t.reason}"
-                for t in found
-                if t.verdict in (HANGING, OVERDUE)
+                for t in bad
             ]
         return None
+
+    async def _describe(
+        self, label: str, found: list[PartitionTransaction], bad: list[PartitionTransaction]
+    ) -> None:
+        """Write what an operator would look at: the open transactions, the coordinator's
+        history of each id involved, and the partitions' batches around each start offset."""
+        admin = await self.admin()
+        parts = [format_open(found)]
+        for tid in sorted({t.transactional_id for t in bad if t.transactional_id}):
+            with contextlib.suppress(Exception):
+                parts.append(format_detail(await describe_transaction(admin, tid)))
+        for t in bad[:3]:
+            with contextlib.suppress(Exception):
+                dump = await dump_partition(
+                    admin, t.topic, t.partition, from_offset=max(0, t.start_offset - 3), count=12
+                )
+                parts.append(format_dump(dump))
+        path = self.system.workdir / f"hanging-{label}.txt"
+        path.write_text("\n\n".join(parts) + "\n")
+        log.warning("hanging transactions after %s: see %s", label, path)
