@@ -109,6 +109,17 @@ def _leaders(described: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str,
     return {(t["topic"], p["partition"]): p for t in described for p in t["partitions"]}
 
 
+async def leaders(bootstrap: str, topics: Collection[str]) -> dict[tuple[str, int], int]:
+    """Each partition of ``topics`` and the broker leading it now."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="chaos-leadership")
+    await admin.start()
+    try:
+        described = _leaders(await admin.describe_topics(sorted(topics)))
+    finally:
+        await admin.close()
+    return {tp: int(info["leader"]) for tp, info in described.items()}
+
+
 async def move_leaders_off(
     bootstrap: str,
     topics: Collection[str],

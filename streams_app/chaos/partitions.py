@@ -37,7 +37,7 @@ from streams_app.broker import EmbeddedKafka
 from streams_app.broker.netns import Network
 from streams_app.chaos import schedule as kinds
 from streams_app.chaos.coordinators import CoordinatorLocator
-from streams_app.chaos.leadership import move_leaders_off
+from streams_app.chaos.leadership import leaders, move_leaders_off
 from streams_app.chaos.schedule import Fault
 from streams_app.chaos.systems import System, wait_transactional_id
 from streams_app.kafka.ops_admin import OpsAdmin
@@ -248,14 +248,10 @@ class NetworkFaults:
     async def _busiest_leader(self, *, exclude: int, prefer: int) -> int:
         """A broker other than ``exclude`` leading partitions of the app's outputs: ``prefer``
         if it leads any, else the one that leads most."""
-        admin = await self.admin()
         counts = dict.fromkeys((n for n in self.cluster.nodes if n != exclude), 0)
-        topics = self.system.topics.outputs
-        for topic in topics:
-            for p in await admin.partitions(topic):
-                leader = await admin._leader((topic, p))
-                if leader in counts:
-                    counts[leader] += 1
+        for leader in (await leaders(self.bootstrap, self.system.topics.outputs)).values():
+            if leader in counts:
+                counts[leader] += 1
         if counts.get(prefer, 0) > 0:
             return prefer
         return max(counts, key=lambda n: counts[n])

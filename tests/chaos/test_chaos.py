@@ -30,7 +30,7 @@ from streams_app.chaos.report import (
     liveness_table,
     summary_table,
 )
-from streams_app.chaos.run import run_system
+from streams_app.chaos.run import SystemResult, run_system
 from streams_app.chaos.schedule import (
     BROKER_FAULTS,
     COORDINATORS_CUT,
@@ -82,6 +82,18 @@ async def test_streams_app_keeps_exactly_once_through_every_kind_of_fault(
 NETWORK_RECORDS = 24_000
 
 
+async def run_networked(cluster: EmbeddedKafka, config: ChaosConfig) -> SystemResult:
+    return await run_system(
+        cluster,
+        STREAMS_APP,
+        config,
+        records=config.records,
+        duration=config.duration,
+        faults=config.faults,
+        network=cluster.network,
+    )
+
+
 def network_config(seed: int, tmp_path: Path, **overrides: object) -> ChaosConfig:
     settings: dict[str, object] = {
         "seed": seed,
@@ -117,15 +129,7 @@ async def test_streams_app_keeps_exactly_once_through_every_kind_of_network_faul
     faults strike, one of each kind; then every invariant and every partition check."""
     seed = int(os.environ.get("CHAOS_SEED", "0")) or ChaosConfig().seed
     config = network_config(seed, tmp_path)
-    result = await run_system(
-        networked_kafka_cluster,
-        STREAMS_APP,
-        config,
-        records=config.records,
-        duration=config.duration,
-        faults=config.faults,
-        network=networked_kafka_cluster.network,
-    )
+    result = await run_networked(networked_kafka_cluster, config)
     report = (
         f"seed {seed} (replay: CHAOS_SEED={seed})\n{summary_table({STREAMS_APP: result})}\n"
         f"{liveness_table({STREAMS_APP: result})}\n{fault_timeline(result)}"
@@ -168,15 +172,7 @@ async def test_the_verifier_catches_what_partitions_do_to_an_unsafe_setting(
         standby_replicas=0,
         static_membership=False,
     )
-    result = await run_system(
-        networked_kafka_cluster,
-        STREAMS_APP,
-        config,
-        records=config.records,
-        duration=config.duration,
-        faults=config.faults,
-        network=networked_kafka_cluster.network,
-    )
+    result = await run_networked(networked_kafka_cluster, config)
     report = f"seed {seed}\n{summary_table({STREAMS_APP: result})}"
     print(report, examples_text({STREAMS_APP: result}), sep="\n")
     assert sum(result.faults.values()) == 3, report

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
 from streams_app.broker import EmbeddedKafka
 from streams_app.broker.netns import Network
 from streams_app.chaos import schedule as kinds
 from streams_app.chaos.config import ChaosConfig
 from streams_app.chaos.coordinators import CoordinatorLocator
+from streams_app.chaos.leadership import leaders
 from streams_app.chaos.partitions import Cut, NetworkFaults
 from streams_app.chaos.run import _networked, create_topics, make_system
 from streams_app.chaos.schedule import Fault
@@ -86,18 +86,6 @@ def main_link(cut: Cut) -> tuple[str, str]:
         if src.startswith("w") and dst.startswith("b"):
             return src, dst
     return cut.blocks[0]
-
-
-async def leaders(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], int]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        described = await admin.describe_topics(topics)
-        return {
-            (t["topic"], p["partition"]): p["leader"] for t in described for p in t["partitions"]
-        }
-    finally:
-        await admin.close()
 
 
 async def probe_cut(bench: Bench, cut: Cut) -> None:
