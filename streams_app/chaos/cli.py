@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
         + "; with --network also each network kind at weight 1)",
     )
     size.add_argument(
+        "--min-per-kind",
+        type=int,
+        default=d.min_per_kind,
+        help="each kind of the mix at least this often (the rest drawn by weight)",
+    )
+    size.add_argument(
         "--back-to-back",
         action="store_true",
         help="every fault as soon as the one before has recovered (short runs)",
@@ -151,6 +157,7 @@ def config_from(args: argparse.Namespace) -> ChaosConfig:
         else {**DEFAULT_MIX, **(NETWORK_MIX if args.network else {})},
         network=args.network,
         back_to_back=args.back_to_back,
+        min_per_kind=args.min_per_kind,
         max_network_down=args.max_network_down,
         standby_replicas=args.standbys,
         static_membership=args.static_membership,
@@ -205,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             transaction_timeout=config.transaction_timeout,
             back_to_back=config.back_to_back,
             max_down=config.max_network_down,
+            min_per_kind=config.min_per_kind,
         ):
             print(fault.describe())
         return 0

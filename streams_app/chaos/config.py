@@ -38,6 +38,8 @@ class ChaosConfig:
     #: session timeout where the kind says so), so that all of them strike while input flows.
     back_to_back: bool = False
     max_network_down: float | None = None
+    #: Each kind of the mix at least this often (long runs that must show every kind often).
+    min_per_kind: int = 1
     #: Standby replicas per task, and static group membership, for every system's workers.
     standby_replicas: int = 0
     static_membership: bool = False

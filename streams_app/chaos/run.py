@@ -264,6 +264,7 @@ async def run_system(
             transaction_timeout=system.transaction_timeout,
             back_to_back=config.back_to_back,
             max_down=config.max_network_down,
+            min_per_kind=config.min_per_kind,
         )
         # Long enough to measure a resume well past the liveness bound (which also counts the
         # longest restore, known only at the end), short enough that a system that never

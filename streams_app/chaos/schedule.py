@@ -183,14 +183,16 @@ def build_schedule(
     transaction_timeout: float,
     back_to_back: bool = False,
     max_down: float | None = None,
+    min_per_kind: int = 1,
 ) -> list[Fault]:
-    """The faults of a run. ``back_to_back``: every fault due early on, so each strikes as soon
-    as the one before has recovered (short runs that must fit their faults into the input);
-    ``max_down``: no network fault holds longer (kinds that must outlast the session timeout
-    still do)."""
+    """The faults of a run. ``min_per_kind``: each kind of the mix at least that often (as far
+    as ``faults`` goes), the rest drawn by weight. ``back_to_back``: every fault due early on,
+    so each strikes as soon as the one before has recovered (short runs that must fit their
+    faults into the input); ``max_down``: no network fault holds longer (kinds that must outlast
+    the session timeout still do)."""
     rng = random.Random(f"chaos-schedule-{seed}")
     kinds = [k for k in KINDS if mix.get(k, 0) > 0]
-    chosen = list(kinds[:faults])
+    chosen = (kinds * max(1, min_per_kind))[:faults]
     weights = [mix[k] for k in kinds]
     chosen += rng.choices(kinds, weights=weights, k=max(0, faults - len(chosen)))
     rng.shuffle(chosen)

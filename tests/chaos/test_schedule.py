@@ -131,3 +131,20 @@ def test_network_kinds_need_the_networked_mode() -> None:
     with pytest.raises(ValueError, match="--network"):
         ChaosConfig(mix={kinds.WORKER_CUT: 1.0}).validate()
     ChaosConfig(mix={kinds.WORKER_CUT: 1.0}, network=True).validate()
+
+
+def test_every_kind_at_least_so_often_when_asked() -> None:
+    mix = {**DEFAULT_MIX, **NETWORK_MIX}
+    faults = build_schedule(
+        seed=9,
+        faults=120,
+        duration=10_800.0,
+        mix=mix,
+        workers=3,
+        brokers=3,
+        session_timeout=6.0,
+        transaction_timeout=10.0,
+        min_per_kind=4,
+    )
+    counts = {k: sum(1 for f in faults if f.kind == k) for k in mix}
+    assert len(faults) == 120 and min(counts.values()) >= 4, counts
