@@ -71,3 +71,43 @@ async def test_a_cut_during_the_read_means_reading_again(monkeypatch: pytest.Mon
     checker.hanging = hanging  # type: ignore[method-assign]
     assert await checker.hanging_while_whole("x") == []
     assert calls == 2
+
+
+def _record(kind: str, from_strike: float | None, from_heal: float | None = None) -> Any:
+    from streams_app.chaos.faults import FaultRecord
+    from streams_app.chaos.partitions import HealReport
+    from streams_app.chaos.schedule import NETWORK_FAULTS, Fault
+
+    record = FaultRecord(Fault(1, kind, 0.0, 0, 1, 5.0), resume_seconds=from_strike)
+    if kind in NETWORK_FAULTS:
+        record.after_heal = HealReport(resume_after_heal=from_heal)
+    return record
+
+
+def test_liveness_is_judged_from_the_strike_or_from_the_heal_by_kind() -> None:
+    from streams_app.chaos import schedule as kinds
+    from streams_app.chaos.run import resume_by_kind
+
+    # Routed around (the group gives the cut worker's partitions away): from the strike.
+    assert _record(kinds.WORKER_CUT, 12.0, 0.5).judged_resume == 12.0
+    # Nobody can stand in for the cut broker: from the heal.
+    assert _record(kinds.BROKER_UNREACHABLE, 16.0, 7.0).judged_resume == 7.0
+    assert _record(kinds.BROKER_UNREACHABLE, None, None).judged_resume is None
+    assert _record(kinds.SIGKILL, 9.0).judged_resume == 9.0
+    table = resume_by_kind(
+        [
+            _record(kinds.MARKERS_CUT, 10.0, 3.0),
+            _record(kinds.MARKERS_CUT, 20.0, 13.0),
+            _record(kinds.SIGKILL, 9.0),
+            _record(kinds.WORKER_CUT, None, None),
+        ]
+    )
+    assert table[kinds.MARKERS_CUT] == {
+        "faults": 2,
+        "max_from_strike": 20.0,
+        "max_from_heal": 13.0,
+        "judged": "heal",
+    }
+    assert table[kinds.SIGKILL]["max_from_heal"] is None
+    assert table[kinds.SIGKILL]["judged"] == "strike"
+    assert table[kinds.WORKER_CUT]["max_from_strike"] is None  # never resumed: shown as such
