@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-10)
 PYTEST_ARGS ?=
 BENCH_STAMP := $(VENV)/.bench-$(shell sha1sum pyproject.toml | cut -c1-10)
 
-.PHONY: setup demo test faust-conformance chaos soak bench pipeline lint typecheck broker-start broker-stop clean
+.PHONY: setup demo test readme-figures faust-conformance chaos soak bench pipeline lint typecheck broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streams_app needs Python >= 3.11 (set PYTHON=python3.11)")'
@@ -30,7 +30,11 @@ demo: setup
 
 ## test: the whole suite against real brokers (single node, 3-node cluster, Spark, PostgreSQL)
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --test-summary=test-results.json $(PYTEST_ARGS)
+
+## readme-figures: README's `make test` figures from the last run's test-results.json
+readme-figures: $(STAMP)
+	$(BIN)/python -m tests.figures test-results.json --write README.md
 
 ## faust-conformance: every faust-streaming example (and guide app) under Faust and under streams_app
 faust-conformance: setup
@@ -50,7 +54,9 @@ $(BENCH_STAMP): $(STAMP)
 	@rm -f $(VENV)/.bench-*
 	@touch $@
 
-## bench: streams_app vs Kafka Streams, quixstreams, faust and a bare aiokafka loop (BENCHMARKS.md)
+## bench: streams_app vs Kafka Streams, quixstreams and a bare aiokafka loop at steady state, per
+## core and on the whole machine (BENCHMARKS.md; about an hour on a quiet 2-core machine;
+## BENCH_ARGS=--quick for a few minutes of development figures)
 bench: setup $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 

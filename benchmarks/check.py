@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,8 +77,11 @@ async def _read(
     end: Mapping[int, int],
     isolation: str,
     timeout: float,
-) -> dict[int, list[Any]]:
-    """Every record of ``topic`` from ``start`` up to ``end`` (exclusive), per partition."""
+    visit: Callable[[int, list[Any]], None],
+) -> dict[int, int]:
+    """Hand every record of ``topic`` from ``start`` up to ``end`` (exclusive) to ``visit``,
+    batch by batch, in order within each partition (millions of records are never held at
+    once); returns the records read per partition."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(
@@ -92,9 +95,9 @@ async def _read(
     try:
         wanted = {p: e for p, e in end.items() if e > start.get(p, 0)}
         tps = [TopicPartition(topic, p) for p in sorted(wanted)]
-        out: dict[int, list[Any]] = {p: [] for p in end}
+        counts: dict[int, int] = {p: 0 for p in end}
         if not tps:
-            return out
+            return counts
         consumer.assign(tps)
         for tp in tps:
             consumer.seek(tp, start.get(tp.partition, 0))
@@ -108,11 +111,12 @@ async def _read(
                 )
             batch = await consumer.getmany(*pending, timeout_ms=500, max_records=50_000)
             for tp, records in batch.items():
-                out[tp.partition].extend(records)
+                counts[tp.partition] += len(records)
+                visit(tp.partition, records)
             for tp in list(pending):
                 if await consumer.position(tp) >= wanted[tp.partition]:
                     pending.discard(tp)
-        return out
+        return counts
     finally:
         await consumer.stop()
 
@@ -136,18 +140,20 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 async def summarise_input(bootstrap: str, topic: str) -> InputSummary:
     ends = await end_offsets(bootstrap, topic)
-    records = await _read(bootstrap, topic, {}, ends, "read_uncommitted", timeout=300)
-    counts: Counter[bytes] = Counter()
+    keys: Counter[bytes] = Counter()
     digests: dict[int, Any] = {}
-    for partition, recs in records.items():
-        for r in recs:
-            counts[r.key] += 1
+
+    def visit(partition: int, records: list[Any]) -> None:
+        for r in records:
+            keys[r.key] += 1
             _digest_update(digests, partition, r.key, r.value)
+
+    counts = await _read(bootstrap, topic, {}, ends, "read_uncommitted", 300, visit)
     return InputSummary(
-        records=sum(len(r) for r in records.values()),
-        key_counts=counts,
+        records=sum(counts.values()),
+        key_counts=keys,
         partition_digests={p: h.hexdigest() for p, h in digests.items()},
-        partition_counts={p: len(r) for p, r in records.items()},
+        partition_counts=counts,
     )
 
 
@@ -160,30 +166,29 @@ async def check_output(
     kind: str,
     transactional: bool,
     complete: bool = True,
-    timeout: float = 120.0,
+    timeout: float = 300.0,
 ) -> Verdict:
     """Check one run's output (see the module doc). ``complete=False`` (a run stopped at its
     time limit) checks the per-key sequences but not that every input was counted."""
     end = await end_offsets(bootstrap, topic)
-    try:
-        records = await _read(bootstrap, topic, start, end, "read_committed", timeout)
-    except TimeoutError as exc:
-        return Verdict(False, 0, 0, [str(exc)])
-    total = sum(len(r) for r in records.values())
-    span = sum(max(0, e - start.get(p, 0)) for p, e in end.items())
-    markers = span - total
-    problems: list[str] = []
-    if kind == "count":
-        problems += _check_counts(records, expected, complete)
-    elif kind == "windowed":
-        problems += _check_counts(records, expected, complete, windowed=True)
+    checker: Counts | Echo
+    if kind in ("count", "windowed"):
+        checker = Counts(windowed=kind == "windowed")
     elif kind == "echo":
-        problems += _check_echo(records, expected)
+        checker = Echo()
     else:
         raise ValueError(f"unknown output kind {kind!r}")
+    try:
+        counts = await _read(bootstrap, topic, start, end, "read_committed", timeout, checker.visit)
+    except TimeoutError as exc:
+        return Verdict(False, 0, 0, [str(exc)])
+    total = sum(counts.values())
+    span = sum(max(0, e - start.get(p, 0)) for p, e in end.items())
+    markers = span - total
+    problems = checker.problems(expected, complete, counts)
     if transactional:
-        written = [p for p, recs in records.items() if recs]
-        unmarked = [p for p in written if end[p] - start.get(p, 0) <= len(records[p])]
+        written = [p for p, n in counts.items() if n]
+        unmarked = [p for p in written if end[p] - start.get(p, 0) <= counts[p]]
         if unmarked:
             problems.append(
                 f"claims exactly-once, but partitions {unmarked} of {topic} hold no "
@@ -194,75 +199,88 @@ async def check_output(
     return Verdict(not problems, total, markers, problems)
 
 
-def _check_counts(
-    records: Mapping[int, list[Any]],
-    expected: InputSummary,
-    complete: bool,
-    *,
-    windowed: bool = False,
-) -> list[str]:
-    """``windowed``: a 1 after a count > 1 opens the key's next window (the input spans seconds,
-    windows a minute: a key sees at most a few), and ``last`` then holds the sum of the windows'
-    counts so far plus the current one's."""
-    last: dict[bytes, int] = {}
-    closed: dict[bytes, int] = {}
-    duplicates = gaps = bad = 0
-    examples: list[str] = []
-    for partition in sorted(records):
-        for r in records[partition]:
+class Counts:
+    """The count systems' output, record by record: per key 1, 2, 3, ... ``windowed``: a 1
+    after a count > 1 opens the key's next window (the input spans seconds to minutes, windows
+    a minute: a key sees a few), and ``last`` then holds the sum of the windows' counts so far
+    plus the current one's. A key lives in one partition, so partitions may interleave."""
+
+    def __init__(self, *, windowed: bool = False) -> None:
+        self.windowed = windowed
+        self.last: dict[bytes, int] = {}
+        self.closed: dict[bytes, int] = {}
+        self.duplicates = self.gaps = self.bad = 0
+        self.examples: list[str] = []
+
+    def visit(self, partition: int, records: list[Any]) -> None:
+        last, closed, examples = self.last, self.closed, self.examples
+        for r in records:
             try:
                 value = int(r.value)
             except (TypeError, ValueError):
-                bad += 1
+                self.bad += 1
                 if len(examples) < MAX_EXAMPLES:
                     examples.append(f"unreadable value at {partition}@{r.offset}")
                 continue
             previous = last.get(r.key, 0) - closed.get(r.key, 0)
-            if windowed and value == 1 and previous > 1:
+            if self.windowed and value == 1 and previous > 1:
                 closed[r.key] = last[r.key]
                 previous = 0
             if value != previous + 1:
                 if value <= previous:
-                    duplicates += 1
+                    self.duplicates += 1
                 else:
-                    gaps += 1
+                    self.gaps += 1
                 if len(examples) < MAX_EXAMPLES:
                     examples.append(
                         f"key {r.key!r} at {partition}@{r.offset}: {value} after {previous}"
                     )
             last[r.key] = closed.get(r.key, 0) + max(previous, value)
-    problems = []
-    if duplicates:
-        problems.append(f"{duplicates} duplicate counts")
-    if gaps:
-        problems.append(f"{gaps} gaps in counts")
-    if bad:
-        problems.append(f"{bad} unreadable values")
-    unknown = [k for k in last if k not in expected.key_counts]
-    if unknown:
-        problems.append(f"{len(unknown)} keys not in the input, e.g. {unknown[0]!r}")
-    if complete:
-        short = [k for k, n in expected.key_counts.items() if last.get(k, 0) != n]
-        if short:
-            k = short[0]
-            problems.append(
-                f"{len(short)} keys with a final count other than their input count, e.g. "
-                f"{k!r}: {last.get(k, 0)} instead of {expected.key_counts[k]}"
-            )
-    return problems + examples if problems else []
+
+    def problems(
+        self, expected: InputSummary, complete: bool, counts: Mapping[int, int]
+    ) -> list[str]:
+        problems = []
+        if self.duplicates:
+            problems.append(f"{self.duplicates} duplicate counts")
+        if self.gaps:
+            problems.append(f"{self.gaps} gaps in counts")
+        if self.bad:
+            problems.append(f"{self.bad} unreadable values")
+        last = self.last
+        unknown = [k for k in last if k not in expected.key_counts]
+        if unknown:
+            problems.append(f"{len(unknown)} keys not in the input, e.g. {unknown[0]!r}")
+        if complete:
+            short = [k for k, n in expected.key_counts.items() if last.get(k, 0) != n]
+            if short:
+                k = short[0]
+                problems.append(
+                    f"{len(short)} keys with a final count other than their input count, e.g. "
+                    f"{k!r}: {last.get(k, 0)} instead of {expected.key_counts[k]}"
+                )
+        return problems + self.examples if problems else []
 
 
-def _check_echo(records: Mapping[int, list[Any]], expected: InputSummary) -> list[str]:
-    digests: dict[int, Any] = {}
-    for partition, recs in records.items():
-        for r in recs:
-            _digest_update(digests, partition, r.key, r.value)
-    problems = []
-    for partition, want in expected.partition_digests.items():
-        got = digests.get(partition)
-        if got is None or got.hexdigest() != want:
-            problems.append(
-                f"partition {partition}: {len(records.get(partition, []))} records that are not "
-                f"the input's {expected.partition_counts[partition]}, in order"
-            )
-    return problems
+class Echo:
+    """The aiokafka loop's output: each partition exactly its input partition, in order."""
+
+    def __init__(self) -> None:
+        self.digests: dict[int, Any] = {}
+
+    def visit(self, partition: int, records: list[Any]) -> None:
+        for r in records:
+            _digest_update(self.digests, partition, r.key, r.value)
+
+    def problems(
+        self, expected: InputSummary, complete: bool, counts: Mapping[int, int]
+    ) -> list[str]:
+        problems = []
+        for partition, want in expected.partition_digests.items():
+            got = self.digests.get(partition)
+            if got is None or got.hexdigest() != want:
+                problems.append(
+                    f"partition {partition}: {counts.get(partition, 0)} records that are not "
+                    f"the input's {expected.partition_counts[partition]}, in order"
+                )
+        return problems

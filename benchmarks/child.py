@@ -8,13 +8,17 @@ prints one ``STATS <json>`` line.
 Systems:
 
 ``streams_app``
-    ``topologies/count.py`` unchanged (or ``--topology``, e.g. ``topologies.windowed_count``),
-    configured through ``STREAMS_APP_*`` variables (app id = the group, the broker, the
-    guarantee, anything passed with ``--set``).
+    ``benchmarks/json_count.py`` (``topologies/count.py`` with JSON values; or ``--topology``,
+    e.g. ``topologies.windowed_count``), configured through ``STREAMS_APP_*`` variables (app
+    id = the group, the broker, the guarantee, anything passed with ``--set``). With
+    ``--processes N``: streams_app's own supervisor (``worker --processes N``,
+    :mod:`streams_app.cli.supervisor`) running N of these workers, each a child process of
+    this module with its own state directory.
 ``aiokafka``
     The ceiling: a bare aiokafka consume -> transactional produce loop. Each transaction holds
     every record fetched during one commit interval, forwarded unchanged, and the offsets
-    (``send_offsets_to_transaction``); no state, no decoding.
+    (``send_offsets_to_transaction``); each value parsed as JSON (as every system here does),
+    no state. ``--instance`` numbers the processes of one group (transactional ids).
 ``faust``
     faust-streaming's ``exactly_once`` on the same count topology (see ``faust_count.py``).
 ``quix``
@@ -245,8 +249,8 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
             reporter.cancel()
     return {
         "records_processed": worker.records_processed,
-        "commits": worker.committer.commits if worker._committer else None,
-        "transactions": worker.producer.transactions_committed if worker._producer else None,
+        "commits": worker.parts.committer.commits if worker.parts else None,
+        "transactions": worker.transactions_committed if worker.parts else None,
         "commit_seconds": round(commit_time[0], 3),
         "commit_phase_seconds": {k: round(v, 3) for k, v in sorted(phases.items())},
         "commit_ms": _percentiles([took for _, took in commits]),
@@ -311,10 +315,8 @@ def _memory_figures(worker: Any) -> dict[str, Any]:
         rocksdb_block_cache_bytes=block_cache,
         rocksdb_table_readers_bytes=table_readers,
         records_processed=worker.records_processed,
-        commits=worker.committer.commits if worker._committer else None,
-        early_commits=getattr(worker.committer, "early_commits", None)
-        if worker._committer
-        else None,
+        commits=worker.parts.committer.commits if worker.parts else None,
+        early_commits=worker.parts.committer.early_commits if worker.parts else None,
     )
     return figures
 
@@ -332,10 +334,40 @@ async def _stop_on(event: asyncio.Event, action: Callable[[], None]) -> None:
     action()
 
 
+async def run_supervised(args: argparse.Namespace, argv: list[str]) -> int:
+    """``--processes N``: the supervisor of ``worker --processes N`` with this module's
+    instrumented worker as its children. They print ``FIRST`` and ``STATS`` to the stdout they
+    share with it; the parent sums their figures."""
+    from streams_app.cli.supervisor import ChildSpec, Supervisor, plan_children
+
+    # This command line without --processes and --state-dir (each child gets its own).
+    own: list[str] = []
+    args_iter = iter(argv)
+    for arg in args_iter:
+        if arg in ("--processes", "--state-dir"):
+            next(args_iter, None)  # and its value
+        else:
+            own.append(arg)
+    specs = plan_children(
+        args.processes,
+        state_dir=Path(args.state_dir),
+        web_enabled=False,  # each child takes a free port (STREAMS_APP_WEB_PORT=0, above)
+        web_port=0,
+        group_instance_id=None,
+    )
+
+    def command(spec: ChildSpec, port: int | None) -> list[str]:
+        return [sys.executable, "-m", "benchmarks.child", *own, "--state-dir", str(spec.state_dir)]
+
+    return await Supervisor(specs, command).run()
+
+
 # -- the bare aiokafka ceiling -------------------------------------------------------------
 
 
 async def run_aiokafka(args: argparse.Namespace) -> dict[str, Any]:
+    from json import loads
+
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.structs import TopicPartition
 
@@ -351,7 +383,7 @@ async def run_aiokafka(args: argparse.Namespace) -> dict[str, Any]:
     )
     producer = AIOKafkaProducer(
         bootstrap_servers=args.bootstrap,
-        transactional_id=f"{args.group}-txn",
+        transactional_id=f"{args.group}-txn-{args.instance}",
         enable_idempotence=True,
         acks="all",
         linger_ms=5,
@@ -376,6 +408,7 @@ async def run_aiokafka(args: argparse.Namespace) -> dict[str, Any]:
                 send = producer.send
                 for tp, msgs in batch.items():
                     for msg in msgs:
+                        loads(msg.value)
                         await send(
                             CEILING_OUTPUT_TOPIC,
                             key=msg.key,
@@ -420,8 +453,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-poll-records", type=int, default=2000)
     parser.add_argument("--state-dir", default="bench-state")
     parser.add_argument(
-        "--topology", default="topologies.count", help="streams_app: the module of the app"
+        "--topology", default="benchmarks.json_count", help="streams_app: the module of the app"
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="streams_app: N workers under streams_app's supervisor (worker --processes N)",
+    )
+    parser.add_argument("--instance", type=int, default=0, help="aiokafka: this process's number")
     parser.add_argument("--set", action="append", default=[], help="streams_app NAME=VALUE")
     parser.add_argument(
         "--report-every", type=float, default=0.0, help="print MEM <json> every N seconds"
@@ -438,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
 
         run_quix(args)
         return 0
+    if args.system == "streams_app" and args.processes > 1:
+        return asyncio.run(run_supervised(args, argv if argv is not None else sys.argv[1:]))
     run = SYSTEMS[args.system]
 
     profiler: Any = None

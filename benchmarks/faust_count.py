@@ -1,8 +1,9 @@
 """The count topology on faust-streaming, for the benchmark's comparison row.
 
-The same logic as ``topologies/count.py`` (a running count per key in a RocksDB table, one
-output record per input) with faust-streaming's own ``processing_guarantee="exactly_once"``
-(its aiokafka driver: one transactional producer per partition) and its defaults otherwise,
+The same logic as ``benchmarks/json_count.py`` (each value parsed as JSON, a running count
+per key in a RocksDB table, one output record per input) with faust-streaming's own
+``processing_guarantee="exactly_once"`` (its aiokafka driver: one transactional producer per
+partition) and its defaults otherwise,
 commit interval included (``broker_commit_interval``, 2.8 s) unless ``--commit-interval`` is
 given. Run by :mod:`benchmarks.child` in its own process; faust owns the event loop.
 """
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         web_enabled=False,
         **settings,
     )
-    source = app.topic(INPUT_TOPIC, key_type=bytes, value_type=bytes, value_serializer="raw")
+    source = app.topic(INPUT_TOPIC, key_type=bytes, value_serializer="json")
     totals = app.topic(FAUST_OUTPUT_TOPIC, key_type=str, value_serializer="json")
     counts = app.Table("counts", default=int, partitions=8)
     first = FirstRecord()

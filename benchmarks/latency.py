@@ -284,7 +284,7 @@ async def measure(
     broker_pid: int | None = None,
 ) -> dict[str, Any]:
     from benchmarks.check import end_offsets
-    from benchmarks.run import cpu_seconds
+    from benchmarks.steady import cpu_seconds
 
     def cpu_now() -> tuple[float | None, float | None, float]:
         # The worker, the broker, and this process: the generator and the reader (librdkafka's

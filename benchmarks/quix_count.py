@@ -1,6 +1,7 @@
 """The count topology on quixstreams, for the benchmark's comparison rows.
 
-The same logic as ``topologies/count.py``: a running count per key in quixstreams' RocksDB state
+The same logic as ``benchmarks/json_count.py``: each value parsed as JSON (its ``json``
+deserializer), a running count per key in quixstreams' RocksDB state
 (``stateful=True``, changelog topics on, its default), one output record per input, under
 ``exactly-once`` or ``at-least-once``. The commit interval is the benchmark's for the guarantee
 (quixstreams' own default is 5 s) so that every system commits equally often. Run by
@@ -35,12 +36,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         use_changelog_topics=True,
         loglevel=logging.WARNING,
     )
-    source = app.topic(INPUT_TOPIC, key_deserializer="bytes", value_deserializer="bytes")
+    source = app.topic(INPUT_TOPIC, key_deserializer="bytes", value_deserializer="json")
     totals = app.topic(QUIX_OUTPUT_TOPIC, key_serializer="bytes", value_serializer="json")
     first = FirstRecord()
     processed = 0
 
-    def count(_value: bytes, state: State) -> int:
+    def count(_value: Any, state: State) -> int:
         nonlocal processed
         first()
         total: int = state.get("count", 0) + 1

@@ -96,7 +96,7 @@ def assigned_partitions(lines: list[LogLine]) -> tuple[float, set[int]] | None:
 
 
 def cpu_seconds(pid: int | None) -> float | None:
-    from benchmarks.run import cpu_seconds as cpu
+    from benchmarks.steady import cpu_seconds as cpu
 
     return cpu(pid)
 

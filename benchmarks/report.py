@@ -17,6 +17,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from benchmarks.summary import summarise
+
 BEGIN, END = "<!-- bench-results:begin -->", "<!-- bench-results:end -->"
 
 RECOVERY_ROWS = {
@@ -30,6 +32,8 @@ RECOVERY_ROWS = {
 
 RATIO_NAMES = {
     "eos_over_kstreams_eos": "streams_app EOS / Kafka Streams EOS v2",
+    "alos_over_kstreams_alos": "streams_app ALOS / Kafka Streams ALOS",
+    "kstreams_eos_over_kstreams_alos": "Kafka Streams EOS v2 / its ALOS",
     "eos_over_quix_eos": "streams_app EOS / quixstreams EOS",
     "eos_over_faust": "streams_app EOS / faust-streaming EOS",
     "eos_over_alos": "streams_app EOS / streams_app ALOS",
@@ -46,27 +50,22 @@ def _num(value: float | None, digits: int = 0) -> str:
 
 
 def render(result: dict[str, Any]) -> str:
+    """The tables of one run: both machine modes and steady-state rates (issue 42's harness),
+    or, for a ``bench-results.json`` from before it, the single-mode tables of its time."""
+    if any("mode" in r for r in result["runs"]):
+        return render_modes(result)
+    return render_legacy(result)
+
+
+def render_legacy(result: dict[str, Any]) -> str:
     runs = result["runs"]
     summary = result["summary"]
     settings = result["settings"]
-    versions = result.get("versions", {})
-    loads = [r[k] for r in runs if "error" not in r for k in ("load_before", "load_after")]
     out = [
         f"{settings['records']:,} input records, {settings['value_bytes']}-byte values, "
         f"{settings['keys']:,} keys, {settings['partitions']} partitions, one broker; "
         f"{settings.get('repeat', '?')} interleaved rounds (the order rotates between rounds); "
-        f"machine: {result['machine']['cpus']} CPUs, Python {result['machine']['python']}; "
-        + ", ".join(f"{k} {v}" for k, v in versions.items())
-        + (
-            f". 1-minute load average during the runs: {min(loads):.1f}-{max(loads):.1f}"
-            if loads
-            else ""
-        )
-        + (
-            f"; {result['wall_seconds'] / 60:.0f} minutes in all."
-            if "wall_seconds" in result
-            else "."
-        ),
+        + _machine_and_load(result),
         "",
         "| system | guarantee | records/s (median) | range | CPU µs/record ¹ | runs correct |",
         "|---|---|---:|---:|---:|---:|",
@@ -113,10 +112,196 @@ def render(result: dict[str, Any]) -> str:
             "inside commits (median over rounds), transaction protocol version "
             f"{eos_version}.",
         ]
-    latency = result.get("latency") or {}
+    out += _latency(result.get("latency") or {})
+    wrong = summary.get("incorrect_runs") or []
+    if wrong:
+        out += ["", "Runs that failed the output check (left out of medians and ratios):", ""]
+        out += [f"- {w}" for w in wrong]
+    return "\n".join(out) + "\n"
+
+
+MODE_TITLES = {
+    "per-core": "Per core: each system pinned to one CPU, the broker and the harness on the other",
+    "machine": "Whole machine: nothing pinned, a worker process (or stream thread) per CPU",
+}
+
+
+def render_modes(result: dict[str, Any]) -> str:
+    runs = result["runs"]
+    summary = summarise(runs)  # recomputed: the same tables from the same runs, always
+    settings = result["settings"]
+    modes = settings.get("modes", {})
+    lo, hi = settings.get("steady_window", [0.1, 0.9])
+    out = [
+        f"{settings['records']:,} input records ({settings['value_bytes']}-byte JSON values, "
+        f"parsed by every system), {settings['keys']:,} keys, {settings['partitions']} "
+        f"partitions, one broker; {settings.get('repeat', '?')} interleaved rounds (the order of "
+        f"the systems rotates between rounds, the mode that goes first alternates); "
+        + _machine_and_load(result),
+        "",
+        f"Steady state: the records committed between {lo:.0%} and {hi:.0%} of the input, over "
+        "the time that took (committed offsets sampled every "
+        f"{settings.get('poll_interval_s', 0.1) * 1000:.0f} ms); every ratio is one of "
+        "steady-state rates. Whole run: from the first fetched record to the last commit.",
+    ]
+    command = (settings.get("command") or "").strip()
+    if command:
+        default = " (`make bench`)" if command == "python -m benchmarks.run" else ""
+        out += ["", f"Command: `{command}`{default}."]
+    out += _targets_table(summary["targets"])
+    for mode, mode_summary in summary["modes"].items():
+        about = modes.get(mode, {})
+        title = MODE_TITLES.get(mode, mode)
+        if about.get("parallelism"):
+            title += f" ({about['parallelism']} per system)"
+        out += ["", f"**{title}**", ""]
+        out += _mode_table([r for r in runs if r.get("mode") == mode], mode_summary)
+        out += _ratio_table(mode_summary)
+    if summary["scaling"]:
+        out += [
+            "",
+            "| whole machine / per core (steady state) | "
+            + " | ".join(_label(runs, k) for k in summary["scaling"])
+            + " |",
+            "|---|" + "---:|" * len(summary["scaling"]),
+            "| scaling | " + " | ".join(_num(v, 2) for v in summary["scaling"].values()) + " |",
+        ]
+    out += [
+        "",
+        "¹ CPU seconds of the system's own processes (a supervisor and its workers, a JVM with "
+        "all its threads; the broker apart) over the steady-state window, per record.",
+        "² CPUs the system kept busy over the window, on average.",
+    ]
+    if any(not r.get("finished", True) for r in runs if "error" not in r):
+        out.append("† Stopped at its time limit: the rate of what its group had committed by then.")
+    commits = [
+        r["child_commit_seconds"] / r["seconds"]
+        for r in runs
+        if r["key"] == "eos"
+        and r.get("mode") == "per-core"
+        and r.get("child_commit_seconds")
+        and r.get("seconds")
+    ]
+    if commits:
+        out += [
+            "",
+            f"streams_app EOS per core spent {statistics.median(commits):.0%} of its run inside "
+            "commits (median over rounds).",
+        ]
+    wrong = summary.get("incorrect_runs") or []
+    if wrong:
+        out += ["", "Runs that failed the output check (left out of medians and ratios):", ""]
+        out += [f"- {w}" for w in wrong]
+    out += _latency(result.get("latency") or {})
+    return "\n".join(out) + "\n"
+
+
+def _machine_and_load(result: dict[str, Any]) -> str:
+    """The machine, the versions, the load during the runs (and around the whole benchmark,
+    when recorded) and the wall time: the end of a report's first line."""
+    runs = result["runs"]
+    loads = [r[k] for r in runs if "error" not in r for k in ("load_before", "load_after")]
+    around = result.get("load_average") or {}
+    return (
+        f"machine: {result['machine']['cpus']} CPUs, Python {result['machine']['python']}; "
+        + ", ".join(f"{k} {v}" for k, v in result.get("versions", {}).items())
+        + (
+            f". 1-minute load average during the runs: {min(loads):.1f}-{max(loads):.1f}"
+            if loads
+            else ""
+        )
+        + (
+            f" (1/5/15-minute: {_loads(around['start'])} before, {_loads(around['end'])} after)"
+            if around
+            else ""
+        )
+        + (
+            f"; {result['wall_seconds'] / 60:.0f} minutes in all."
+            if "wall_seconds" in result
+            else "."
+        )
+    )
+
+
+def _loads(values: list[float]) -> str:
+    return "/".join(f"{v:.1f}" for v in values)
+
+
+def _label(runs: list[dict[str, Any]], key: str) -> str:
+    run = next(r for r in runs if r["key"] == key)
+    guarantee = {"exactly_once_v2": "EOS", "at_least_once": "ALOS"}.get(
+        run["guarantee"], run["guarantee"]
+    )
+    return f"{run['system']} {guarantee}"
+
+
+def _targets_table(targets: list[dict[str, Any]]) -> list[str]:
+    if not targets:
+        return []
+    out = [
+        "",
+        "| issue 42's targets (steady state) | target | measured (medians) | paired by round "
+        "| met |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for t in targets:
+        digits = 1 if t["figure"].startswith("cpu:") else 2
+        met = "-" if t["met"] is None else ("yes" if t["met"] else "**no**")
+        out.append(
+            f"| {t['what']} | {t['target']} | {_num(t['value'], digits)} | "
+            f"{_num(t['paired'], digits)} | {met} |"
+        )
+    return out
+
+
+def _mode_table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
+    out = [
+        "| system | guarantee | steady records/s (median) | range | whole-run records/s | "
+        "CPU µs/record ¹ | cores ² | broker CPU µs/record | steady window | runs correct |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key in dict.fromkeys(r["key"] for r in runs):
+        mine = [r for r in runs if r["key"] == key]
+        ok = [r for r in mine if "error" not in r and r["correct"]]
+        label = mine[0]["system"]
+        partial = any(not r.get("finished", True) for r in mine if "error" not in r)
+        steady = summary["steady_records_per_s"].get(key)
+        span = summary["steady_range"].get(key)
+        if steady is None:
+            done = [r["records_per_s"] for r in mine if "error" not in r]
+            shown = f"({_num(statistics.median(done))} whole run, wrong)" if done else "failed"
+        else:
+            shown = _num(steady)
+        window = summary["steady_seconds"].get(key)
+        out.append(
+            f"| {label}{' †' if partial else ''} | {mine[0]['guarantee']} | {shown} | "
+            f"{f'{_num(span[0])}-{_num(span[1])}' if span else '-'} | "
+            f"{_num(summary['records_per_s'].get(key))} | "
+            f"{_num(summary['worker_cpu_us_per_record'].get(key), 1)} | "
+            f"{_num(summary['worker_cores'].get(key), 2)} | "
+            f"{_num(summary['broker_cpu_us_per_record'].get(key), 1)} | "
+            f"{'-' if window is None else f'{window:.1f} s'} | {len(ok)}/{len(mine)} |"
+        )
+    return out
+
+
+def _ratio_table(summary: dict[str, Any]) -> list[str]:
+    if not summary["ratios"]:
+        return []
+    out = ["", "| ratio (steady state) | of medians | median of per-round ratios |"]
+    out.append("|---|---:|---:|")
+    for name, value in summary["ratios"].items():
+        paired = summary["paired_ratios"].get(name)
+        out.append(f"| {RATIO_NAMES.get(name, name)} | {_num(value, 2)} | {_num(paired, 2)} |")
+    return out
+
+
+def _latency(latency: dict[str, Any]) -> list[str]:
+    """The latency mode's table (``--latency``), and the live capacity search's line."""
+    out: list[str] = []
     if "error" in latency:
-        out += ["", f"The latency mode failed: {latency['error']}"]
-    elif latency:
+        return ["", f"The latency mode failed: {latency['error']}"]
+    if latency:
         out += [
             "",
             "| latency (produce → visible, read_committed) | rate | p50 | p90 | p99 | max | "
@@ -155,11 +340,7 @@ def render(result: dict[str, Any]) -> str:
             "outputs, which make the p99.",
         ]
         out += _live_capacity(latency.get("live_capacity"))
-    wrong = summary.get("incorrect_runs") or []
-    if wrong:
-        out += ["", "Runs that failed the output check (left out of medians and ratios):", ""]
-        out += [f"- {w}" for w in wrong]
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _live_capacity(capacity: dict[str, Any] | None) -> list[str]:

@@ -1,37 +1,52 @@
-"""Throughput of streams_app against its peers, on one embedded broker: ``make bench``.
+"""Throughput of streams_app against its peers at steady state, on one broker: ``make bench``.
 
-    python -m benchmarks.run [--records 200000] [--partitions 8] [--repeat 3] [--systems ...]
+    python -m benchmarks.run [--records 3000000] [--repeat 3] [--modes per-core,machine]
+    python -m benchmarks.run --quick          # 200,000 records, one round: for development
     make bench BENCH_ARGS="--repeat 5"
 
-Systems (``--systems``, default: all of them): streams_app under ``exactly_once_v2`` (``eos``)
-and ``at_least_once`` (``alos``); the bare aiokafka consume -> transactional produce loop, the
-ceiling for any framework on aiokafka (``ceiling``); Kafka Streams (``kstreams-eos``,
-``kstreams-alos``: the Java app in ``benchmarks/kafka_streams/``, one stream thread); quixstreams
-(``quix-eos``, ``quix-alos``); faust-streaming's ``exactly_once`` (``faust``, first round only and
-at most ``--faust-timeout`` seconds: it is two orders of magnitude slower).
+Systems (``--systems``; default: the first seven): streams_app under ``exactly_once_v2``
+(``eos``) and ``at_least_once`` (``alos``); the bare aiokafka consume -> transactional produce
+loop, the ceiling for any framework on aiokafka (``ceiling``); Kafka Streams (``kstreams-eos``,
+``kstreams-alos``: the Java app in ``benchmarks/kafka_streams/``); quixstreams (``quix-eos``,
+``quix-alos``); on request faust-streaming's ``exactly_once`` (``faust``, first round only and
+at most ``--faust-timeout`` seconds) and the windowed count (``windowed``). Every system runs
+the same count and parses every input value (a JSON object of ``--value-bytes``) as JSON.
+
+Two machine modes (``--modes``), in every round:
+
+- **per core** (``per-core``): the system under test pinned to one CPU (``sched_setaffinity``:
+  the last one), the broker and this harness to the others; one worker process, one stream
+  thread. What a core of each system does.
+- **whole machine** (``machine``): nothing pinned; as many workers as CPUs: streams_app
+  through ``--processes N`` (its own supervisor), Kafka Streams with ``num.stream.threads=N``
+  in one JVM, the Python peers and the aiokafka loop as N processes in one group.
 
 One broker (full-JIT JVM options unless ``--jvm fast``), one input topic pre-loaded with
-``--records`` keyed records of ``--value-bytes`` bytes, then per round every system in turn
-(the order rotates between rounds), each in a fresh process with a fresh consumer group reading
-the input from the beginning. A run is timed from the moment that process fetched its first
-input record (so JVM, worker start-up and the group join are excluded) until the group's
-committed offsets reach the input's end offsets, polled every 50 ms; ``total_seconds`` also
-counts the start-up. The worker's and the broker's CPU seconds over the timed window and the
-load average are recorded with every run: other work on the machine disturbs the figures, so
-compare medians of the interleaved rounds, and CPU per record.
+``--records`` keyed records, then per round each mode and in it every system in turn (the
+order rotates between rounds), each in fresh processes with a fresh consumer group reading the
+input from the beginning. While a run goes, its group's committed offsets and its processes'
+CPU seconds are sampled every 100 ms (``benchmarks/steady.py``): the **steady-state** rate is
+that of the records committed between 10 % and 90 % of the input, and the system's own CPU
+per record (its process tree; the broker apart) is taken over the same window. The
+**whole-run** rate is timed from the first fetched input record (JVM, worker start-up and the
+group join excluded) until the committed offsets reach the input's end. Every ratio is one of
+steady-state rates. Other work on the machine disturbs the figures: compare medians of the
+interleaved rounds, and CPU per record.
 
 After each run its output is checked (``benchmarks/check.py``): per-key counts with no
 duplicate and no gap, every input counted, and, for systems that claim exactly-once, written
 in transactions (markers in every partition). A run that fails the check is reported and left
-out of the medians and ratios.
+out of the medians and ratios. Then its output records and internal topics are deleted.
 
 ``--state-scale`` runs the state-scale benchmark instead (``benchmarks/state_scale.py``: RSS,
 records/s and read-cache hit rate with millions of distinct keys; its own options).
 
-Prints a table and writes ``bench-results.json``: ``{"runs": [{"system", "guarantee", "key",
-"records", "seconds", "records_per_s", "cpu_seconds", "correct", ...}, ...], "summary": {...}}``.
-Not a test. ``--profile eos`` samples a streams_app worker with py-spy and writes a
-per-function summary; ``--compare LABEL=PATH`` interleaves runs of another checkout (A/B).
+Prints tables and writes ``bench-results.json``: ``{"runs": [{"system", "guarantee", "key",
+"mode", "records", "seconds", "records_per_s", "steady": {...}, "correct", ...}, ...],
+"summary": {"modes": {...}, "targets": [...], ...}}``; ``python -m benchmarks.report`` makes
+BENCHMARKS.md's tables from it. Not a test. ``--profile eos`` samples a streams_app worker's
+steady-state window with py-spy and writes a per-function summary; ``--compare LABEL=PATH``
+interleaves runs of another checkout (A/B).
 """
 
 from __future__ import annotations
@@ -46,7 +61,6 @@ import platform
 import random
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -56,10 +70,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks import steady
 from benchmarks.check import InputSummary, check_output, end_offsets, summarise_input
 from benchmarks.child import CEILING_OUTPUT_TOPIC, INPUT_TOPIC, OUTPUT_TOPIC
 from benchmarks.faust_count import FAUST_OUTPUT_TOPIC
 from benchmarks.quix_count import QUIX_OUTPUT_TOPIC
+from benchmarks.steady import cpu_seconds
+from benchmarks.summary import summarise
 
 REPO = Path(__file__).resolve().parent.parent
 KSTREAMS_OUTPUT_TOPIC = "kstreams-count-output"
@@ -89,14 +106,12 @@ class System:
     output_topic: str
     #: ``count`` (one running count per input) or ``echo`` (input forwarded unchanged).
     output_kind: str = "count"
-    #: Worker processes in the group (scale-out: ``eos-2w``).
-    workers: int = 1
     #: The checkout the child runs from (``--compare`` adds runs from another one).
     repo: Path = REPO
     #: The interpreter its Python children run on: this process's, or a compared checkout's
     #: own ``.venv`` (so that ``--compare`` can set two interpreter builds side by side).
     python: str = sys.executable
-    #: streams_app only: the topology module the child runs (None: topologies.count).
+    #: streams_app only: the topology module the child runs (None: benchmarks.json_count).
     topology: str | None = None
 
     @property
@@ -110,7 +125,6 @@ SYSTEMS = {
     for s in (
         System("eos", "streams_app", "streams_app", EOS, OUTPUT_TOPIC),
         System("alos", "streams_app", "streams_app", ALOS, OUTPUT_TOPIC),
-        System("eos-2w", "streams_app x2", "streams_app", EOS, OUTPUT_TOPIC, workers=2),
         System("ceiling", "aiokafka loop", "aiokafka", EOS, CEILING_OUTPUT_TOPIC, "echo"),
         System("kstreams-eos", "kafka_streams", "kafka_streams", EOS, KSTREAMS_OUTPUT_TOPIC),
         System("kstreams-alos", "kafka_streams", "kafka_streams", ALOS, KSTREAMS_OUTPUT_TOPIC),
@@ -129,25 +143,51 @@ SYSTEMS = {
         ),
     )
 }
-DEFAULT_SYSTEMS = tuple(SYSTEMS)
+#: faust (two orders of magnitude slower, and not exactly-once) and the windowed count run on
+#: request only (``--systems``).
+DEFAULT_SYSTEMS = (
+    "eos",
+    "alos",
+    "ceiling",
+    "kstreams-eos",
+    "kstreams-alos",
+    "quix-eos",
+    "quix-alos",
+)
 #: The peers' exactly-once rows that streams_app's EOS is compared with (ratios in the summary).
 PEER_EOS = ("kstreams-eos", "quix-eos", "faust")
 FAUST_DEFAULT_COMMIT_INTERVAL = 2.8
 
 
-def _clock_ticks() -> int:
-    return os.sysconf("SC_CLK_TCK")
+@dataclass(frozen=True)
+class Mode:
+    """How much of the machine each system gets (see the module doc)."""
+
+    key: str
+    label: str
+    #: Worker processes (streams_app: --processes; Kafka Streams: stream threads).
+    parallelism: int
+    #: CPUs of the system under test (None: not pinned), and of the broker and this harness.
+    system_cpus: tuple[int, ...] | None
+    broker_cpus: tuple[int, ...] | None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "parallelism": self.parallelism,
+            "system_cpus": self.system_cpus,
+            "broker_cpus": self.broker_cpus,
+        }
 
 
-def cpu_seconds(pid: int | None) -> float | None:
-    """User + system CPU seconds of a process so far (None if it is gone)."""
-    if pid is None:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / _clock_ticks()
+def machine_modes() -> dict[str, Mode]:
+    cpus = steady.all_cpus()
+    # One CPU for the system, the rest for the broker (a one-CPU machine: both on it).
+    system, rest = (cpus[-1],), tuple(cpus[:-1]) or (cpus[-1],)
+    return {
+        "per-core": Mode("per-core", "per core", 1, system, rest),
+        "machine": Mode("machine", "whole machine", len(cpus), None, None),
+    }
 
 
 def load_average() -> float:
@@ -175,13 +215,27 @@ async def create_topics(bootstrap: str, partitions: int) -> None:
         await admin.close()
 
 
+def json_value(rng: random.Random, key: str, seq: int, size: int, notes: list[str]) -> bytes:
+    """A JSON object of ``size`` bytes (at least the fields'): what every system parses."""
+    amount = f"{rng.randrange(1000)}.{rng.randrange(100):02d}"
+    head = f'{{"user":"{key}","seq":{seq},"amount":{amount},"note":"'
+    pad = max(0, size - len(head) - 2)
+    note = notes[rng.randrange(len(notes))]
+    while len(note) < pad:
+        note += note
+    return (head + note[:pad] + '"}').encode()
+
+
 async def preload(bootstrap: str, records: int, keys: int, value_bytes: int, seed: int) -> None:
-    """Write ``records`` keyed records, partitioned like Kafka's default partitioner (murmur2),
-    in batches."""
+    """Write ``records`` keyed records with JSON values (:func:`json_value`), partitioned like
+    Kafka's default partitioner (murmur2), in batches."""
+    import string
+
     from aiokafka import AIOKafkaProducer
     from aiokafka.partitioner import DefaultPartitioner
 
     rng = random.Random(seed)
+    notes = ["".join(rng.choices(string.ascii_letters, k=64)) for _ in range(1024)]
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20
     )
@@ -189,14 +243,15 @@ async def preload(bootstrap: str, records: int, keys: int, value_bytes: int, see
     try:
         partitions = sorted(await producer.partitions_for(INPUT_TOPIC))
         partitioner = DefaultPartitioner()
-        key_bytes = [f"key-{k:06d}".encode() for k in range(keys)]
+        key_names = [f"key-{k:06d}" for k in range(keys)]
+        key_bytes = [k.encode() for k in key_names]
         key_partition = [partitioner(k, partitions, partitions) for k in key_bytes]
         batches = {p: producer.create_batch() for p in partitions}
         futures = []
-        for _ in range(records):
+        for seq in range(records):
             k = rng.randrange(keys)
             partition = key_partition[k]
-            value = rng.randbytes(value_bytes)
+            value = json_value(rng, key_names[k], seq, value_bytes, notes)
             batch = batches[partition]
             if batch.append(key=key_bytes[k], value=value, timestamp=None) is None:
                 batch.close()
@@ -237,6 +292,8 @@ class OffsetWatcher:
             parts = self.consumer.partitions_for_topic(INPUT_TOPIC) or set()
         self.tps = [TopicPartition(INPUT_TOPIC, p) for p in sorted(parts)]
         self.ends = await self.consumer.end_offsets(self.tps)
+        #: The last committed total seen (kept through a poll the coordinator did not answer).
+        self.last = 0
         return self
 
     @property
@@ -247,13 +304,43 @@ class OffsetWatcher:
         await self.consumer.stop()
         await self.admin.close()
 
-    async def done(self, group: str) -> bool:
-        committed = await self.admin.list_consumer_group_offsets(group, partitions=self.tps)
-        return all(tp in committed and committed[tp].offset >= self.ends[tp] for tp in self.tps)
+    async def progress(self, group: str) -> tuple[int, bool]:
+        """(records committed, whether every partition is committed to its end)."""
+        from aiokafka.errors import KafkaError
+
+        try:
+            committed = await self.admin.list_consumer_group_offsets(group, partitions=self.tps)
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False):
+                raise
+            return self.last, False  # the coordinator moving or loading: the next poll sees it
+        total = sum(max(0, committed[tp].offset) for tp in self.tps if tp in committed)
+        done = all(tp in committed and committed[tp].offset >= self.ends[tp] for tp in self.tps)
+        self.last = total
+        return total, done
 
     async def committed_total(self, group: str) -> int:
-        committed = await self.admin.list_consumer_group_offsets(group, partitions=self.tps)
-        return sum(max(0, committed[tp].offset) for tp in self.tps if tp in committed)
+        return (await self.progress(group))[0]
+
+    async def forget(self, group: str, output_topic: str) -> None:
+        """After a run's check: delete its output records and the topics named after its group
+        (changelogs, repartition topics), so that a long benchmark does not fill the disk."""
+        from aiokafka import TopicPartition
+        from aiokafka.admin import RecordsToDelete
+
+        ends = await end_offsets(self.bootstrap, output_topic)
+        with contextlib.suppress(Exception):  # a cleanup: never fail a benchmark over it
+            await self.admin.delete_records(
+                {
+                    TopicPartition(output_topic, p): RecordsToDelete(before_offset=end)
+                    for p, end in ends.items()
+                    if end > 0
+                }
+            )
+        internal = [t for t in await self.admin.list_topics() if group in t]
+        if internal:
+            with contextlib.suppress(Exception):
+                await self.admin.delete_topics(internal)
 
 
 def commit_interval_for(system: System, args: argparse.Namespace) -> float:
@@ -264,6 +351,12 @@ def commit_interval_for(system: System, args: argparse.Namespace) -> float:
     return 1.0 if system.guarantee == ALOS else 0.1
 
 
+def processes_of(system: System, mode: Mode) -> int:
+    """Processes the harness starts for ``system`` in ``mode``: one where the system spreads
+    over the cores itself (streams_app's supervisor, Kafka Streams' stream threads)."""
+    return 1 if system.child in ("streams_app", "kafka_streams") else mode.parallelism
+
+
 def child_command(
     system: System,
     args: argparse.Namespace,
@@ -272,8 +365,11 @@ def child_command(
     group: str,
     state_dir: Path,
     profile_path: Path | None = None,
+    parallelism: int = 1,
+    instance: int = 0,
 ) -> list[str]:
-    """The command line of one worker process of ``system``."""
+    """The command line of one process of ``system`` (``instance`` of the group's processes),
+    spreading over ``parallelism`` cores where the system can."""
     commit_interval = commit_interval_for(system, args)
     if system.child == "kafka_streams":
         from benchmarks import kafka_streams
@@ -287,6 +383,7 @@ def child_command(
             guarantee=system.guarantee,
             commit_interval_s=commit_interval,
             state_dir=state_dir,
+            threads=parallelism,
         )
     cmd = [
         system.python,
@@ -305,10 +402,14 @@ def child_command(
         str(args.max_poll_records),
         "--commit-interval",
         str(commit_interval),
+        "--instance",
+        str(instance),
     ]
     if system.child == "streams_app":
         if system.topology:
             cmd += ["--topology", system.topology]
+        if parallelism > 1:
+            cmd += ["--processes", str(parallelism)]
         for item in args.set:
             cmd += ["--set", item]
     if profile_path is not None and args.profiler == "pyinstrument":
@@ -316,51 +417,113 @@ def child_command(
     return cmd
 
 
+def _pinned(cpus: tuple[int, ...] | None) -> Any:
+    """A ``preexec_fn`` putting the child (and whatever it starts) on ``cpus``."""
+    if cpus is None:
+        return None
+    wanted = set(cpus)
+
+    def pin() -> None:
+        os.sched_setaffinity(0, wanted)
+
+    return pin
+
+
+def place_broker_and_harness(mode: Mode, broker_pid: int | None) -> None:
+    """The broker's threads and this process's onto the mode's CPUs (all of them: unpinned)."""
+    cpus = mode.broker_cpus or steady.MACHINE_CPUS
+    if broker_pid is not None:
+        steady.pin(broker_pid, cpus)
+    steady.pin(os.getpid(), cpus)
+
+
+async def _start_spy(pid: int, path: Path, *, children: bool) -> Any:
+    """py-spy sampling ``pid`` (and its children: a supervisor's workers) from outside."""
+    return await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "py-spy"),
+        "record",
+        "--nonblocking",
+        *(["--subprocesses"] if children else []),
+        "--rate",
+        "250",
+        "--format",
+        "raw",
+        "--output",
+        str(path) + ".collapsed",
+        "--pid",
+        str(pid),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+async def _stop_spy(spy: Any, path: Path) -> None:
+    if spy.returncode is None:
+        spy.send_signal(signal.SIGINT)
+        await spy.wait()
+    from benchmarks.profile_summary import summarise_collapsed
+
+    collapsed = Path(str(path) + ".collapsed")
+    if collapsed.exists():
+        path.with_suffix(".txt").write_text(summarise_collapsed(collapsed))
+
+
+@dataclass(frozen=True)
+class Bench:
+    """What every run of one benchmark shares: its options, broker, input and directory."""
+
+    args: argparse.Namespace
+    bootstrap: str
+    broker_pid: int | None
+    watcher: OffsetWatcher
+    expected: InputSummary
+    workdir: Path
+
+
 async def run_once(
-    system: System,
-    index: int,
-    args: argparse.Namespace,
-    bootstrap: str,
-    broker_pid: int | None,
-    watcher: OffsetWatcher,
-    expected: InputSummary,
-    workdir: Path,
+    system: System, mode: Mode, index: int, bench: Bench, *, limit: float | None = None
 ) -> dict[str, Any]:
+    """One run of ``system`` in ``mode`` (``limit``: stop that many seconds after the first
+    record, a warm-up)."""
+    args, bootstrap, broker_pid = bench.args, bench.bootstrap, bench.broker_pid
+    watcher, expected, workdir = bench.watcher, bench.expected, bench.workdir
     records = expected.records
-    group = f"bench-{system.key.replace('@', '.')}-{index}-{uuid.uuid4().hex[:6]}"
+    name = system.key.replace("@", ".")
+    group = f"bench-{name}-{mode.key}-{index}-{uuid.uuid4().hex[:6]}"
     commit_interval = commit_interval_for(system, args)
-
-    def command(state_dir: Path) -> list[str]:
-        return child_command(
-            system,
-            args,
-            bootstrap=bootstrap,
-            group=group,
-            state_dir=state_dir,
-            profile_path=profile_path,
-        )
-
+    processes = processes_of(system, mode)
     timeout = args.faust_timeout if system.child == "faust" else args.timeout
     output_start = await end_offsets(bootstrap, system.output_topic)
     profile_path = None
-    if system.key in args.profile:
-        profile_path = Path(args.profile_dir) / f"profile-{system.key}-{index}"
+    if system.key in args.profile and index >= 1:  # not in warm-up runs
+        profile_path = Path(args.profile_dir) / f"profile-{system.key}-{mode.key}-{index}"
         profile_path.parent.mkdir(parents=True, exist_ok=True)
 
     log_path = workdir / f"{group}.log"
+    place_broker_and_harness(mode, broker_pid)
     load_before = load_average()
     spawned = time.time()
     procs = []
     with open(log_path, "wb") as log:
-        for n in range(system.workers):
-            # Each worker of a multi-worker run is a process with its own state directory.
-            state_dir = workdir / group / f"worker-{n}"
+        for n in range(processes):
+            # Each process of a multi-process run has its own state directory.
+            command = child_command(
+                system,
+                args,
+                bootstrap=bootstrap,
+                group=group,
+                state_dir=workdir / group / f"process-{n}",
+                profile_path=profile_path,
+                parallelism=mode.parallelism,
+                instance=n,
+            )
             procs.append(
                 await asyncio.create_subprocess_exec(
-                    *command(state_dir),
+                    *command,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=log,
                     cwd=system.repo,
+                    preexec_fn=_pinned(mode.system_cpus),
                 )
             )
     pids = [p.pid for p in procs]
@@ -370,9 +533,7 @@ async def run_once(
     cpu_at_first: tuple[float | None, float | None] = (None, None)
 
     def cpu_now() -> tuple[float | None, float | None]:
-        workers = [cpu_seconds(pid) for pid in pids]
-        total = None if any(c is None for c in workers) else sum(c or 0.0 for c in workers)
-        return total, cpu_seconds(broker_pid)
+        return steady.tree_cpu_seconds(pids), cpu_seconds(broker_pid)
 
     async def read_stdout(proc: asyncio.subprocess.Process) -> None:
         nonlocal first, cpu_at_first
@@ -386,31 +547,16 @@ async def run_once(
                     cpu_at_first = cpu_now()
                     first_seen.set()
             elif "STATS " in line:
-                for name, value in json.loads(line.split("STATS ", 1)[1]).items():
+                for key, value in json.loads(line.split("STATS ", 1)[1]).items():
                     if isinstance(value, int | float) and not isinstance(value, bool):
-                        stats[name] = stats.get(name, 0) + value
+                        stats[key] = stats.get(key, 0) + value
                     else:
-                        stats[name] = value
+                        stats[key] = value
 
     readers = [asyncio.create_task(read_stdout(proc)) for proc in procs]
+    progress = steady.Progress(records)
     spy = None
-    if profile_path is not None and args.profiler == "py-spy":
-        # Sampling from outside: a few per cent of overhead instead of pyinstrument's 2-3x.
-        spy = await asyncio.create_subprocess_exec(
-            str(Path(sys.executable).parent / "py-spy"),
-            "record",
-            "--nonblocking",
-            "--rate",
-            "250",
-            "--format",
-            "raw",
-            "--output",
-            str(profile_path) + ".collapsed",
-            "--pid",
-            str(pids[0]),
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
+    spy_done = False
     deadline = time.monotonic() + timeout
     done_at: float | None = None
     cpu_at_done: tuple[float | None, float | None] = (None, None)
@@ -420,12 +566,25 @@ async def run_once(
         while time.monotonic() < deadline:
             if any(proc.returncode is not None for proc in procs):
                 break
-            if first_seen.is_set() and await watcher.done(group):
-                done_at = time.time()
-                cpu_at_done = cpu_now()
-                finished = True
+            committed, done = 0, False
+            if first_seen.is_set():  # (before it, the group may have no coordinator yet)
+                committed, done = await watcher.progress(group)
+            now = time.time()
+            worker_cpu, broker_cpu = cpu_now()
+            progress.add(now, committed, worker_cpu, broker_cpu)
+            if profile_path is not None and args.profiler == "py-spy" and not spy_done:
+                # The steady-state window only: from 10 % of the input committed to 90 %.
+                if spy is None and committed >= steady.STEADY_FROM * records:
+                    spy = await _start_spy(pids[0], profile_path, children=mode.parallelism > 1)
+                elif spy is not None and committed >= steady.STEADY_TO * records:
+                    await _stop_spy(spy, profile_path)
+                    spy_done = True
+            if first_seen.is_set() and done:
+                done_at, cpu_at_done, finished = now, (worker_cpu, broker_cpu), True
                 break
-            await asyncio.sleep(0.05)
+            if limit is not None and first is not None and now - first >= limit:
+                break  # a warm-up: long enough
+            await asyncio.sleep(steady.POLL_INTERVAL)
         if not finished and first_seen.is_set() and all(p.returncode is None for p in procs):
             # Too slow for --timeout: report the rate of what it committed so far.
             done_at = time.time()
@@ -433,15 +592,9 @@ async def run_once(
             done_records = await watcher.committed_total(group)
     finally:
         load_after = load_average()
-        if spy is not None and spy.returncode is None:
-            spy.send_signal(signal.SIGINT)
-            await spy.wait()
-            from benchmarks.profile_summary import summarise_collapsed
-
+        if spy is not None and not spy_done:
             assert profile_path is not None
-            collapsed = Path(str(profile_path) + ".collapsed")
-            if collapsed.exists():
-                profile_path.with_suffix(".txt").write_text(summarise_collapsed(collapsed))
+            await _stop_spy(spy, profile_path)
         for proc in procs:
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -454,6 +607,8 @@ async def run_once(
                 await proc.wait()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*readers), 5)
+        # The check reads millions of records: on every CPU, not the broker's alone.
+        place_broker_and_harness(machine_modes()["machine"], None)
     if done_at is None or first is None:
         tail = log_path.read_text(errors="replace")[-3000:]
         codes = [proc.returncode for proc in procs]
@@ -473,26 +628,32 @@ async def run_once(
         transactional=system.claims_exactly_once,
         complete=finished,
     )
+    if not args.keep:
+        await watcher.forget(group, system.output_topic)
     worker_cpu, broker_cpu = delta(0), delta(1)
     cpu_total = None if worker_cpu is None else round(worker_cpu + (broker_cpu or 0.0), 2)
     return {
-        "system": system.label,
-        "guarantee": system.guarantee,
-        "key": system.key,
-        "repeat": index,
+        **_which(system, mode, index),
+        "processes": processes,
         "records": done_records,
         "finished": finished,
         "seconds": round(seconds, 3),
         "records_per_s": round(done_records / seconds),
+        # Between 10 % and 90 % of the input committed (benchmarks/steady.py); None for a run
+        # that did not get that far.
+        "steady": progress.steady() if finished else None,
+        "progress": progress.timeline(first),
         "total_seconds": round(done_at - spawned, 3),
         "commit_interval_s": commit_interval,
         "worker_cpu_s": worker_cpu,
         "broker_cpu_s": broker_cpu,
-        # The system's process and the broker over the timed window (CPU per record is the
-        # figure the machine's load moves least).
+        # The system's processes and the broker over the whole timed window.
         "cpu_seconds": cpu_total,
         "cpu_us_per_record": (
             None if cpu_total is None else round(cpu_total * 1e6 / max(1, done_records), 2)
+        ),
+        "worker_cpu_us_per_record": (
+            None if worker_cpu is None else round(worker_cpu * 1e6 / max(1, done_records), 2)
         ),
         **verdict.as_json(),
         "load_before": load_before,
@@ -507,22 +668,26 @@ async def run_once(
 
 def table(runs: list[dict[str, Any]]) -> str:
     header = (
-        f"{'system':<16} {'guarantee':<16} {'#':>2} {'records':>8} {'seconds':>8} "
-        f"{'records/s':>10} {'total s':>8} {'worker cpu':>10} {'broker cpu':>10} "
-        f"{'us/rec':>7} {'ok':>3} {'markers':>7} {'load':>11}"
+        f"{'system':<16} {'guarantee':<16} {'mode':<9} {'#':>2} {'records':>8} "
+        f"{'steady/s':>9} {'whole/s':>9} {'steady s':>8} {'us/rec':>7} {'cores':>5} "
+        f"{'broker us':>9} {'ok':>3} {'load':>11}"
     )
     lines = [header, "-" * len(header)]
     for r in runs:
+        mode = r.get("mode", "-")
         if "error" in r:
-            lines.append(f"{r['system']:<16} {r['guarantee']:<16} {r['repeat']:>2}  FAILED")
+            lines.append(
+                f"{r['system']:<16} {r['guarantee']:<16} {mode:<9} {r['repeat']:>2}  FAILED"
+            )
             continue
         load = f"{r['load_before']:.2f}/{r['load_after']:.2f}"
+        st = r.get("steady") or {}
         lines.append(
-            f"{r['system']:<16} {r['guarantee']:<16} {r['repeat']:>2} {r['records']:>8} "
-            f"{r['seconds']:>8.2f} {r['records_per_s']:>10,} {r['total_seconds']:>8.2f} "
-            f"{_fmt(r['worker_cpu_s']):>10} {_fmt(r['broker_cpu_s']):>10} "
-            f"{_fmt(r['cpu_us_per_record'], 1):>7} {'yes' if r['correct'] else 'NO':>3} "
-            f"{r['txn_markers']:>7} {load:>11}"
+            f"{r['system']:<16} {r['guarantee']:<16} {mode:<9} {r['repeat']:>2} "
+            f"{r['records']:>8} {_int(st.get('records_per_s')):>9} {r['records_per_s']:>9,} "
+            f"{_fmt(st.get('seconds'), 1):>8} {_fmt(st.get('worker_cpu_us_per_record'), 1):>7} "
+            f"{_fmt(st.get('worker_cores')):>5} {_fmt(st.get('broker_cpu_us_per_record'), 1):>9} "
+            f"{'yes' if r['correct'] else 'NO':>3} {load:>11}"
         )
     return "\n".join(lines)
 
@@ -531,61 +696,8 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if not a or not b else round(a / b, 3)
-
-
-def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians per system over its correct runs, and streams_app EOS's ratios to the others.
-
-    ``ratios`` divides medians; ``paired_ratios`` is the median over rounds of the ratio within
-    each round (both runs saw about the same machine load), where both systems ran that round.
-    """
-    good = [r for r in runs if "error" not in r and r["correct"]]
-    keys = list(dict.fromkeys(r["key"] for r in runs))
-    medians: dict[str, float] = {}
-    cpu: dict[str, float] = {}
-    for key in keys:
-        rates = [r["records_per_s"] for r in good if r["key"] == key]
-        if rates:
-            medians[key] = statistics.median(rates)
-        per_record = [
-            r["cpu_us_per_record"] for r in good if r["key"] == key and r["cpu_us_per_record"]
-        ]
-        if per_record:
-            cpu[key] = statistics.median(per_record)
-    by_round: dict[int, dict[str, float]] = {}
-    for r in good:
-        by_round.setdefault(r["repeat"], {})[r["key"]] = r["records_per_s"]
-    ratios: dict[str, float | None] = {}
-    paired: dict[str, float | None] = {}
-    for other in ("alos", "ceiling", *PEER_EOS):
-        if other not in medians and other not in keys:
-            continue
-        name = f"eos_over_{other.replace('-', '_')}"
-        ratios[name] = _ratio(medians.get("eos"), medians.get(other))
-        pairs = [x["eos"] / x[other] for x in by_round.values() if "eos" in x and x.get(other)]
-        paired[name] = round(statistics.median(pairs), 3) if pairs else None
-    for name, key in (("eos_2w_over_eos", "eos-2w"), ("windowed_over_eos", "windowed")):
-        if key not in medians:
-            continue
-        ratios[name] = _ratio(medians[key], medians.get("eos"))
-        pairs = [x[key] / x["eos"] for x in by_round.values() if key in x and x.get("eos")]
-        paired[name] = round(statistics.median(pairs), 3) if pairs else None
-    return {
-        "median_records_per_s": {k: round(v) for k, v in medians.items()},
-        "median_cpu_us_per_record": {k: round(v, 2) for k, v in cpu.items()},
-        "ratios": ratios,
-        "paired_ratios": paired,
-        "incorrect_runs": [
-            f"{r['key']} #{r['repeat']}: {r.get('error') or '; '.join(r['problems'])}"
-            for r in runs
-            if "error" in r or not r["correct"]
-        ],
-        # Kept for readers of the earlier schema.
-        **{k: v for k, v in ratios.items() if k in ("eos_over_alos", "eos_over_ceiling")},
-        "alos_over_ceiling": _ratio(medians.get("alos"), medians.get("ceiling")),
-    }
+def _int(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def checkout_python(repo: Path) -> str:
@@ -661,8 +773,10 @@ async def measure_latencies(
         system: System, client: str, seconds: float, warmup: float, rate: int | None = None
     ) -> dict[str, Any]:
         group = latency.new_group(system.key.partition("@")[0])
+        # Its generator writes plain 100-byte values: the count as topologies/count.py has it.
+        raw = dataclasses.replace(system, topology=system.topology or "topologies.count")
         command = child_command(
-            system, args, bootstrap=bootstrap, group=group, state_dir=workdir / group
+            raw, args, bootstrap=bootstrap, group=group, state_dir=workdir / group
         )
         return await latency.measure(
             bootstrap=bootstrap,
@@ -779,6 +893,43 @@ def _rounds(systems: list[System], index: int, once: list[str]) -> list[System]:
 # -- main -----------------------------------------------------------------------------------
 
 
+def _which(system: System, mode: Mode, index: int) -> dict[str, Any]:
+    """What a run's result says it was a run of."""
+    return {
+        "system": system.label,
+        "guarantee": system.guarantee,
+        "key": system.key,
+        "mode": mode.key,
+        "parallelism": mode.parallelism,
+        "repeat": index,
+    }
+
+
+async def _timed_run(system: System, mode: Mode, index: int, bench: Bench) -> dict[str, Any]:
+    """One counted run, printed as it ends (a failed one as a failed run, not an exception)."""
+    try:
+        run = await run_once(system, mode, index, bench)
+    except RuntimeError as exc:
+        print(f"  {system.key:<13} {mode.key:<9} #{index}: FAILED: {exc}", flush=True)
+        return {
+            **_which(system, mode, index),
+            "error": str(exc)[:2000],
+            "correct": False,
+        }
+    verdict = "correct" if run["correct"] else "WRONG: " + "; ".join(run["problems"])
+    st = run["steady"] or {}
+    cpu = _fmt(st.get("worker_cpu_us_per_record"), 1)
+    print(
+        f"  {system.key:<13} {mode.key:<9} #{index}: steady {_int(st.get('records_per_s')):>8} "
+        f"records/s over {_fmt(st.get('seconds'), 1)}s ({cpu} us CPU/record, "
+        f"{_fmt(st.get('worker_cores'))} cores; broker "
+        f"{_fmt(st.get('broker_cpu_us_per_record'), 1)} us); whole run {run['records_per_s']:,}/s "
+        f"in {run['seconds']:.1f}s; load {run['load_before']}/{run['load_after']}; {verdict}",
+        flush=True,
+    )
+    return run
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from streams_app.broker.cluster import EmbeddedKafka
     from streams_app.broker.node import DEFAULT_JVM_OPTS
@@ -832,8 +983,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             jvm_opts = FULL_JIT_OPTS if args.jvm == "full" else DEFAULT_JVM_OPTS
             print(f"starting the embedded broker ({args.jvm} JVM options, heap {args.heap})...")
             # Kafka's own default initial rebalance delay (the embedded broker's is 0, for fast
-            # tests): the two workers of ``eos-2w`` then join one generation, no rebalance while
-            # timed. Outside the timed window for every system.
+            # tests): the workers of a whole-machine run then join one generation, no rebalance
+            # while timed.
             kafka = EmbeddedKafka(
                 1,
                 jvm_opts=jvm_opts,
@@ -860,48 +1011,27 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 f"{args.partitions} partitions ({args.value_bytes}-byte values, "
                 f"{len(expected.key_counts):,} keys) in {time.monotonic() - t0:.1f}s"
             )
+            modes = [machine_modes()[m] for m in args.modes]
+            bench = Bench(args, bootstrap, broker_pid, watcher, expected, workdir)
             for index in range(args.warmup):
-                # Untimed: lets the broker's JIT compile its produce, fetch, transaction and
-                # compacted-topic paths before the first timed run (the first EOS run after a
-                # ceiling-only warm-up still saw 2-4x the broker CPU of the later ones).
+                # Untimed, per core and cut at --warmup-seconds: lets the broker's JIT compile
+                # its produce, fetch, transaction and compacted-topic paths before the first
+                # timed run (the first EOS run after a ceiling-only warm-up still saw 2-4x the
+                # broker CPU of the later ones).
                 for warm_system in (SYSTEMS["ceiling"], SYSTEMS["eos"]):
                     warm = await run_once(
-                        warm_system, -index, args, bootstrap, broker_pid, watcher, expected, workdir
+                        warm_system, modes[0], -index, bench, limit=args.warmup_seconds
                     )
                     print(
                         f"  warm-up  {warm_system.key:<13} #{index + 1}: "
                         f"{warm['records_per_s']:>8,} records/s (not counted)"
                     )
             for index in range(1, args.repeat + 1):
-                for system in _rounds(systems, index, args.once):
-                    try:
-                        run = await run_once(
-                            system, index, args, bootstrap, broker_pid, watcher, expected, workdir
-                        )
-                    except RuntimeError as exc:
-                        print(f"  {system.key:<13} #{index}: FAILED: {exc}", flush=True)
-                        runs.append(
-                            {
-                                "system": system.label,
-                                "guarantee": system.guarantee,
-                                "key": system.key,
-                                "repeat": index,
-                                "error": str(exc)[:2000],
-                                "correct": False,
-                            }
-                        )
-                        continue
-                    runs.append(run)
-                    verdict = (
-                        "correct" if run["correct"] else "WRONG: " + "; ".join(run["problems"])
-                    )
-                    print(
-                        f"  {system.key:<13} #{index}: {run['records_per_s']:>8,} records/s "
-                        f"({run['seconds']:.2f}s, cpu {_fmt(run['worker_cpu_s'])}s + broker "
-                        f"{_fmt(run['broker_cpu_s'])}s, load {run['load_before']}/"
-                        f"{run['load_after']}, {verdict})",
-                        flush=True,
-                    )
+                # Which mode goes first alternates between rounds, as the systems' order rotates.
+                shift = (index - 1) % len(modes)
+                for mode in modes[shift:] + modes[:shift]:
+                    for system in _rounds(systems, index, args.once):
+                        runs.append(await _timed_run(system, mode, index, bench))
         summary = summarise(runs)
         latency: dict[str, Any] = {}
         if args.latency:
@@ -936,6 +1066,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 "repeat": args.repeat,
                 "latency_broker_warmup_s": args.latency_broker_warmup if args.latency else None,
                 "systems": [s.key for s in systems],
+                "modes": {m: machine_modes()[m].describe() for m in args.modes},
+                "steady_window": [steady.STEADY_FROM, steady.STEADY_TO],
+                "poll_interval_s": steady.POLL_INTERVAL,
+                "value_format": "json",
+                "warmup": args.warmup,
+                "warmup_seconds": args.warmup_seconds,
+                "command": " ".join(["python -m benchmarks.run", *args.argv]),
                 # Each interpreter the Python systems ran on (a compared checkout may bring its
                 # own: checkout_python).
                 "interpreters": {
@@ -961,18 +1098,41 @@ def main(argv: list[str] | None = None) -> int:
 
         return state_scale([a for a in argv if a != "--state-scale"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=None,
+        help="input records (default 3,000,000: at least 30 s of processing for every system "
+        "and mode on a 2-core machine; --quick: 200,000)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="for development: 200,000 records, one round, a 5 s warm-up, no database rows "
+        "(steady-state figures from runs of a few seconds are not steady)",
+    )
+    parser.add_argument(
+        "--modes",
+        default="per-core,machine",
+        help="per-core (each system on one CPU, the broker on the others), machine (every "
+        "CPU, a worker process or stream thread per CPU), or both (default)",
+    )
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--keys", type=int, default=10_000, help="distinct keys")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=3, help="rounds (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=None, help="rounds (default 3)")
     parser.add_argument(
         "--warmup",
         type=int,
-        default=2,
-        help="untimed ceiling + EOS runs first (rounds; with one, the first timed EOS run still "
-        "met a cold broker JIT)",
+        default=1,
+        help="untimed ceiling + EOS runs first, each cut at --warmup-seconds (rounds)",
+    )
+    parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=None,
+        help="seconds of each warm-up run (default 20; --quick: 5)",
     )
     parser.add_argument(
         "--once",
@@ -982,7 +1142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--systems",
         default=",".join(DEFAULT_SYSTEMS),
-        help=f"comma-separated, of {', '.join(SYSTEMS)} (default: all)",
+        help=f"comma-separated, of {', '.join(SYSTEMS)} (default: %(default)s)",
     )
     parser.add_argument(
         "--commit-interval",
@@ -1003,7 +1163,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jvm", choices=("full", "fast"), default="full")
     parser.add_argument("--heap", default="1g")
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        help="seconds per run before it counts as unfinished (default: %(default)s; a pinned "
+        "system on a busy machine needs long for 3,000,000 records)",
+    )
     parser.add_argument(
         "--faust-timeout",
         type=float,
@@ -1108,6 +1274,19 @@ def main(argv: list[str] | None = None) -> int:
         help="also the PostgreSQL sink and outbox relay rows (benchmarks/database.py)",
     )
     args = parser.parse_args(argv)
+    args.argv = list(argv)
+    quick = args.quick
+    if args.records is None:
+        args.records = 200_000 if quick else 3_000_000
+    if args.repeat is None:
+        args.repeat = 1 if quick else 3
+    if args.warmup_seconds is None:
+        args.warmup_seconds = 5.0 if quick else 20.0
+    if quick:
+        args.database = False
+    args.modes = [m for m in args.modes.split(",") if m]
+    if not args.modes or any(m not in ("per-core", "machine") for m in args.modes):
+        parser.error("--modes takes per-core, machine or per-core,machine")
     unknown = [s for s in args.systems.split(",") if s not in SYSTEMS]
     if unknown:
         parser.error(f"unknown systems {unknown}; choose from {', '.join(SYSTEMS)}")
@@ -1120,24 +1299,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--profile needs py-spy in the virtualenv: pip install py-spy")
     args.once = [p for p in args.once.split(",") if p]
 
-    print(f"load average before: {os.getloadavg()}")
+    load_start = os.getloadavg()
+    print(f"load average before: {load_start}")
     started = time.monotonic()
     result = asyncio.run(main_async(args))
     result["wall_seconds"] = round(time.monotonic() - started, 1)
     if args.recovery:
         return _write_recovery(args, result)
+    # The machine's load around the whole benchmark (1, 5, 15 minutes): how quiet it was.
+    result["load_average"] = {
+        "start": [round(x, 2) for x in load_start],
+        "end": [round(x, 2) for x in os.getloadavg()],
+    }
     print()
     print(table(result["runs"]))
     print()
-    summary = result["summary"]
-    cpu = summary["median_cpu_us_per_record"]
-    for key, value in summary["median_records_per_s"].items():
-        print(f"median {key:<14} {value:>10,} records/s   {cpu.get(key, 0):>6.1f} us CPU/record")
-    for name, value in summary["ratios"].items():
-        paired = summary["paired_ratios"].get(name)
-        print(f"{name:<24} {_fmt(value, 3):>7}   (paired by round: {_fmt(paired, 3)})")
-    for problem in summary["incorrect_runs"]:
-        print(f"INCORRECT {problem}")
+    from benchmarks.report import render
+
+    print(render(result))
     if result.get("database"):
         from benchmarks.database import table as database_table
 

@@ -44,8 +44,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.run import FULL_JIT_OPTS, cpu_seconds, load_average, machine
+from benchmarks.run import FULL_JIT_OPTS, load_average, machine
 from benchmarks.state_topology import INPUT_TOPIC, PARTITIONS
+from benchmarks.steady import cpu_seconds
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = ("latest", "previous")

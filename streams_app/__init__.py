@@ -7,21 +7,18 @@ records and offsets, zombies fenced by consumer-group generation (KIP-447).
 A Faust app runs on streams_app once its imports name streams_app instead of faust
 (``import streams_app as faust``, ``from streams_app.cli import option``): the names below are
 Faust's (docs/migrating-from-faust.md).
+
+The names are loaded on first use (PEP 562): importing a lower layer
+(``streams_app.transport.base``, ``streams_app.topology.plan``) runs this module first, and it
+must not pull the app layer, faust and mode in with it.
 """
 
+from __future__ import annotations
+
+import importlib
 import uuid as _uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from faust.models import Record
-from mode import Service, ServiceT
-
-from streams_app.app import Agent, App, Settings, Stream, Table, Topic
-from streams_app.app.channel import Channel
-from streams_app.app.context import Event, Message, TopicPartitionView, current_task
-from streams_app.app.context import current_event as _current_event
-from streams_app.app.global_table import GlobalTable
-from streams_app.app.set_table import SetTable
-from streams_app.app.windows import WindowRange
 from streams_app.errors import (
     AuthorizationError,
     BrokerAuthenticationError,
@@ -35,21 +32,62 @@ from streams_app.errors import (
     WorkerStopped,
 )
 
+if TYPE_CHECKING:
+    from faust.models import Record
+    from mode import Service, ServiceT
+
+    from streams_app.app import Agent, App, Settings, Stream, Table, Topic
+    from streams_app.app.channel import Channel
+    from streams_app.app.global_table import GlobalTable
+    from streams_app.app.set_table import SetTable
+    from streams_app.app.windows import WindowRange
+    from streams_app.topology.contract import Event, Message, TopicPartitionView, current_task
+
+    # Faust's type names, for annotations (``stream: StreamT[Order]``).
+    AgentT = Agent
+    ChannelT = Channel
+    EventT = Event
+    StreamT = Stream
+    TableT = Table
+    TopicT = Topic
+    TP = TopicPartitionView
+
 __version__ = "0.1.0"
 
-# Faust's type names, for annotations (``stream: StreamT[Order]``).
-AgentT = Agent
-ChannelT = Channel
-EventT = Event
-StreamT = Stream
-TableT = Table
-TopicT = Topic
-TP = TopicPartitionView
+#: Public name -> (module, attribute), imported when first asked for.
+_LAZY: dict[str, tuple[str, str]] = {
+    "Agent": ("streams_app.app", "Agent"),
+    "App": ("streams_app.app", "App"),
+    "Settings": ("streams_app.app", "Settings"),
+    "Stream": ("streams_app.app", "Stream"),
+    "Table": ("streams_app.app", "Table"),
+    "Topic": ("streams_app.app", "Topic"),
+    "Channel": ("streams_app.app.channel", "Channel"),
+    "GlobalTable": ("streams_app.app.global_table", "GlobalTable"),
+    "SetTable": ("streams_app.app.set_table", "SetTable"),
+    "WindowRange": ("streams_app.app.windows", "WindowRange"),
+    "Event": ("streams_app.topology.contract", "Event"),
+    "Message": ("streams_app.topology.contract", "Message"),
+    "current_task": ("streams_app.topology.contract", "current_task"),
+    "Record": ("faust.models", "Record"),
+    "Service": ("mode", "Service"),
+    "ServiceT": ("mode", "ServiceT"),
+    # Faust's type names, for annotations (``stream: StreamT[Order]``).
+    "AgentT": ("streams_app.app", "Agent"),
+    "ChannelT": ("streams_app.app.channel", "Channel"),
+    "EventT": ("streams_app.topology.contract", "Event"),
+    "StreamT": ("streams_app.app", "Stream"),
+    "TableT": ("streams_app.app", "Table"),
+    "TopicT": ("streams_app.app", "Topic"),
+    "TP": ("streams_app.topology.contract", "TopicPartitionView"),
+}
 
 
 def current_event() -> Event | None:
     """The event being processed (Faust's ``faust.current_event()``)."""
-    return _current_event.get()
+    from streams_app.topology.contract import current_event as event
+
+    return event.get()
 
 
 def uuid() -> str:
@@ -58,10 +96,19 @@ def uuid() -> str:
 
 
 def __getattr__(name: str) -> Any:
-    raise AttributeError(
-        f"module 'streams_app' has no attribute {name!r} (docs/migrating-from-faust.md lists "
-        "Faust's names and their status here)"
-    )
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(
+            f"module 'streams_app' has no attribute {name!r} (docs/migrating-from-faust.md lists "
+            "Faust's names and their status here)"
+        )
+    value = getattr(importlib.import_module(where[0]), where[1])
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

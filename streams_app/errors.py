@@ -37,8 +37,62 @@ class BrokerUnavailable(StreamsAppError):
         )
 
 
+class StateDirectoryError(StreamsAppError):
+    """The state directory cannot be written: its file system is full or read-only, or the
+    worker may not write there. Names the directory, the error and the fix; the CLI exits with
+    :attr:`exit_status` (sysexits' ``EX_IOERR``), so a supervisor can tell it from a crash.
+    Nothing committed is lost: the tables' changelogs hold it, and restore catches the stores up
+    at the next start."""
+
+    #: The worker's exit status for this error (others: 2 for errors of ours, 1 for crashes).
+    exit_status = 74
+
+    def __init__(self, directory: str, problem: str, fix: str) -> None:
+        self.directory = directory
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"state directory {directory}: {problem}. Fix: {fix}")
+
+
 class TopologyError(StreamsAppError):
     """The topology cannot run as defined: missing topics, co-partitioning, ..."""
+
+
+class MissingSourceTopic(TopologyError):
+    """An input topic of the topology no longer exists (deleted while the worker ran), for
+    longer than ``missing_topic_timeout``: Kafka Streams' ``MissingSourceTopicException``."""
+
+
+class ChangelogMissing(TopologyError):
+    """A table's changelog topic was deleted while the worker ran: commits would fail forever,
+    and a recreated changelog would not hold the table. The local stores still do."""
+
+
+class ChangelogBehindStore(StreamsAppError):
+    """At start, a table's local store holds changelog offsets beyond the end of its changelog:
+    the changelog was deleted (and recreated) since. Wiping the store would lose the table
+    silently, so the worker refuses to start until an operator re-seeds the changelog from the
+    store or wipes the store (``streams-app -A app changelog reseed|wipe``)."""
+
+    def __init__(self, table: str, changelog: str, partitions: dict[int, tuple[int, int]]) -> None:
+        self.table = table
+        self.changelog = changelog
+        #: Partition -> (the store's changelog offset, the changelog's end offset).
+        self.partitions = partitions
+        where = "; ".join(
+            f"partition {p}: the local store is at changelog offset {stored}, the changelog "
+            f"ends at {end}"
+            for p, (stored, end) in sorted(partitions.items())
+        )
+        super().__init__(
+            f"table {table!r} (changelog {changelog!r}) {where}. The changelog was deleted "
+            "(and recreated) since these offsets were committed: refusing to start rather than "
+            "wipe the table. Fix: stop every worker of the app, then either re-seed the "
+            "changelog from the local stores, on every machine that holds the table "
+            f"(`streams-app -A <app> changelog reseed {table} --state-dir <dir>`), or drop "
+            "the local state and start from the changelog as it is (`streams-app -A <app> "
+            f"changelog wipe {table} --state-dir <dir>`)"
+        )
 
 
 class BrokerTooOld(StreamsAppError):
@@ -60,6 +114,12 @@ class NullKeyError(RecordError):
     partition its key never chose, so reading or writing a table row for it would touch the
     row of some other partition (Kafka Streams' aggregations skip such records for the same
     reason)."""
+
+
+class ProcessingTimeout(StreamsAppError):
+    """An agent worked on a record (its batch) longer than ``processing_timeout``: the record
+    counts as failed, and ``error_policy`` decides (retry, dead-letter or stop). Not a bad
+    record: a slow downstream call may well succeed when retried."""
 
 
 class WorkerStopped(StreamsAppError):

@@ -17,16 +17,17 @@ See docs/operations.md ("Read-back from Python").
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiokafka.errors as aerrors
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.partitioner import murmur2
 
 from streams_app.aio import within
-from streams_app.kafka.ops_admin import OpsAdmin
+from streams_app.kafka.ops_admin import OpsAdmin, OpsAdminError
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
@@ -57,10 +58,12 @@ async def read_topics(
     isolation_level: str = "read_committed",
     timeout: float = 60.0,
     security: dict[str, Any] | None = None,
+    partitions: Mapping[str, Collection[int]] | None = None,
 ) -> dict[str, list[ReadRecord]]:
     """Every record of ``topics`` up to the end offsets at call time, per topic, in partition
-    order. ``read_committed`` stops at the last stable offset, so a transaction still open
-    would make this wait: it raises TimeoutError after ``timeout`` seconds in that case."""
+    order (only the ``partitions`` given for a topic named there). ``read_committed`` stops at
+    the last stable offset, so a transaction still open would make this wait: it raises
+    TimeoutError after ``timeout`` seconds in that case."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         isolation_level=isolation_level,
@@ -73,11 +76,13 @@ async def read_topics(
     try:
         tps: list[TopicPartition] = []
         for topic in topics:
-            partitions = consumer.partitions_for_topic(topic)
-            if partitions is None:
+            found = consumer.partitions_for_topic(topic)
+            if found is None:
                 await consumer._client.force_metadata_update()
-                partitions = consumer.partitions_for_topic(topic) or set()
-            tps.extend(TopicPartition(topic, p) for p in sorted(partitions))
+                found = consumer.partitions_for_topic(topic) or set()
+            if partitions is not None and topic in partitions:
+                found = set(found) & set(partitions[topic])
+            tps.extend(TopicPartition(topic, p) for p in sorted(found))
         out: dict[str, list[ReadRecord]] = {t: [] for t in topics}
         if not tps:
             return out
@@ -241,6 +246,86 @@ async def read_table(
         else:
             contents[key] = found.value_codec.loads(record.value)
     return contents
+
+
+async def partition_count(admin: OpsAdmin, topic: str) -> int:
+    """The topic's partition count; 0 when it does not exist (yet)."""
+    try:
+        return len(await admin.partitions(topic))
+    except OpsAdminError:
+        return 0
+
+
+def key_partition(table: Table, key: Any, partitions: int) -> int:
+    """The changelog partition holding ``key`` of ``table``: where Kafka's default partitioner
+    (murmur2) sends records keyed like it, which is where the table was written (Kafka Streams'
+    and Faust's assumption, as the workers' ``/tables`` routing)."""
+    return (int(murmur2(table.partition_key_bytes(key))) & 0x7FFFFFFF) % partitions
+
+
+@dataclass(frozen=True)
+class KeyRead:
+    """One key of a table read from its changelog partition (:func:`read_table_key`)."""
+
+    partition: int
+    #: Changelog records read (that one partition's, up to its last stable offset).
+    records: int
+    #: The key's committed value, or for a windowed table ``{WindowKey: value}`` of its windows.
+    value: Any
+    found: bool
+
+
+async def read_table_key(
+    app: App,
+    table: str | Table,
+    key: Any,
+    *,
+    timeout: float = 60.0,
+    bootstrap: str | None = None,
+    admin: OpsAdmin | None = None,
+) -> KeyRead:
+    """One key's committed value (a windowed table: its committed windows), read from the one
+    changelog partition that holds it, ``read_committed`` (as :func:`read_table`, which reads
+    them all). Not found when the changelog does not exist yet. ``admin``: one the caller
+    holds (else one is opened for the call)."""
+    name = table if isinstance(table, str) else table.name
+    found = app.tables.get(name)
+    if found is None:
+        raise KeyError(f"app {app.id!r} has no table {name!r} (it has {sorted(app.tables)})")
+    changelog = found.changelog_topic_name
+    bootstrap = bootstrap or app.conf.bootstrap_servers
+    if admin is None:
+        async with OpsAdmin(bootstrap, **app.conf.security()) as own:
+            count = await partition_count(own, changelog)
+    else:
+        count = await partition_count(admin, changelog)
+    if not count:
+        return KeyRead(-1, 0, {} if found.window is not None else None, False)
+    partition = key_partition(found, key, count)
+    records = (
+        await read_topics(
+            bootstrap,
+            [changelog],
+            timeout=timeout,
+            security=app.conf.security(),
+            partitions={changelog: [partition]},
+        )
+    )[changelog]
+    windowed = found.window is not None
+    latest: dict[Any, Any] = {}
+    for record in records:
+        if record.key is None:
+            continue
+        stored = found.key_codec.loads(record.key)
+        if (stored.key if windowed else stored) != key:
+            continue
+        if record.value is None:
+            latest.pop(stored, None)
+        else:
+            latest[stored] = found.value_codec.loads(record.value)
+    if windowed:
+        return KeyRead(partition, len(records), dict(sorted(latest.items())), bool(latest))
+    return KeyRead(partition, len(records), latest.get(key), key in latest)
 
 
 # -- committed progress of a group -------------------------------------------------------------

@@ -129,9 +129,26 @@ class Settings:
     #: waits for each commit, as Kafka Streams' stream thread does.
     process_during_commit: bool = True
     #: Allocations between collections of the garbage collector's young generation while the
-    #: worker runs (Python's own: 700); 0 leaves the collector alone. See runtime/collector.py.
+    #: worker runs (Python's own: 700); 0 leaves the collector alone. See runtime/gc_tuning.py.
     gc_young_threshold: int = 10_000
     restore_timeout: float = 300.0
+    # Liveness (docs/operations.md, "Health, readiness and stalls").
+    #: Longest the agents may work on the records handed to them (one fetched batch) before
+    #: they are all waiting for input again; past it the record each busy agent holds counts
+    #: as failed and error_policy decides. None: derived from transaction_timeout (exactly-once)
+    #: or max_poll_interval (:attr:`effective_processing_timeout`).
+    processing_timeout: float | None = None
+    #: Commit intervals without a commit point while input waits, after which the worker
+    #: counts as stalled: ``/ready`` answers 503 naming why.
+    stall_intervals: int = 30
+    #: Seconds a worker may stay stalled (or an agent busy) before ``/health`` fails, so that a
+    #: supervisor restarts it; None: three processing timeouts, at least 60 s.
+    liveness_timeout: float | None = None
+    #: Seconds an input topic may be missing (not ready meanwhile) before the worker stops.
+    missing_topic_timeout: float = 60.0
+    #: Seconds a graceful stop waits for the batch in progress before it cancels the agents and
+    #: aborts; closing the clients gets as long again.
+    shutdown_timeout: float = 10.0
     # State memory (docs/memory.md): one budget per worker, whatever the partitions it owns.
     #: Bytes of decoded committed table values cached in Python, shared by all tables and
     #: partitions (Kafka Streams' statestore.cache.max.bytes); 0 turns the cache off.
@@ -246,6 +263,39 @@ class Settings:
         return 0.1 if self.exactly_once else 1.0
 
     @property
+    def processing_budget(self) -> float:
+        """The most :attr:`processing_timeout` may be (seconds; <= 0: none fits).
+
+        A transaction lasts up to a commit interval plus the batch being processed when the
+        interval is up, and must commit or abort within 90% of ``transaction_timeout``, or the
+        coordinator aborts it first (and the worker would reprocess the same records forever).
+        Every guarantee must poll within ``max_poll_interval`` too, or the group drops it."""
+        interval = self.effective_commit_interval
+        budget = 0.9 * self.max_poll_interval - interval
+        if self.exactly_once:
+            budget = min(budget, 0.9 * self.transaction_timeout - interval)
+        return budget
+
+    @property
+    def effective_processing_timeout(self) -> float:
+        """``processing_timeout``, or 90% of :attr:`processing_budget` (8 s by default under
+        exactly-once: transaction_timeout 10 s, commit_interval 0.1 s)."""
+        if self.processing_timeout is not None:
+            return self.processing_timeout
+        return round(0.9 * self.processing_budget, 3)
+
+    @property
+    def effective_liveness_timeout(self) -> float:
+        if self.liveness_timeout is not None:
+            return self.liveness_timeout
+        return max(60.0, 3 * self.effective_processing_timeout)
+
+    @property
+    def stall_seconds(self) -> float:
+        """How long without a commit point (input waiting) makes the worker stalled."""
+        return self.stall_intervals * self.effective_commit_interval
+
+    @property
     def effective_producer_linger_ms(self) -> int:
         """Exactly-once: the commit interval, at most 100 ms (Kafka Streams' producer default).
         No output is visible before its transaction commits, and the commit sends every open
@@ -253,7 +303,7 @@ class Settings:
         (or until they are full): sent every few milliseconds instead, a commit's outputs went
         out in many more batches and produce requests, each costing the worker and the broker
         CPU (the broker used a fifth more, BENCHMARKS.md). A worker that has caught up with
-        its input sends them at once (``Worker._loop``): left for the commit, they would
+        its input sends them at once (``runtime.worker.loop``): left for the commit, they would
         lengthen it, and every output's latency with it. Otherwise 5 ms: an output is visible
         once it is acknowledged, so every millisecond of linger is latency."""
         if self.producer_linger_ms is not None:
@@ -350,6 +400,7 @@ class Settings:
         """Raise :class:`ConfigError` for the first wrong value (types, ranges, relations)."""
         self._validate_identity()
         self._validate_timing()
+        self._validate_liveness()
         self._validate_sizes()
         self._validate_state_memory()
         self._validate_errors()
@@ -512,6 +563,59 @@ class Settings:
                 "transaction a crashed worker left open would give up before the broker does",
                 "use a restore_timeout well above transaction_timeout (default 300)",
             )
+
+    def _validate_liveness(self) -> None:
+        """The processing timeout against the transaction (see :attr:`processing_budget`),
+        and the bounds that depend on it."""
+        _count(self, "stall_intervals", 1, "e.g. 30 (commit intervals)", 1_000_000)
+        _seconds(self, "missing_topic_timeout", "e.g. 60")
+        _seconds(self, "shutdown_timeout", "e.g. 10")
+        budget = self.processing_budget
+        interval = self.effective_commit_interval
+        if budget <= 0:
+            if self.exactly_once and 0.9 * self.transaction_timeout - interval <= 0:
+                raise ConfigError(
+                    "commit_interval",
+                    f"{interval}s leaves no time for processing within 90% of "
+                    f"transaction_timeout ({self.transaction_timeout}s): a transaction lasts a "
+                    "commit interval plus the batch in progress, and the coordinator aborts it "
+                    "at transaction_timeout",
+                    "lower commit_interval or raise transaction_timeout (e.g. at least twice "
+                    "the commit interval)",
+                )
+            raise ConfigError(
+                "commit_interval",
+                f"{interval}s leaves no time for processing within 90% of max_poll_interval "
+                f"({self.max_poll_interval}s)",
+                "lower commit_interval or raise max_poll_interval",
+            )
+        if self.processing_timeout is not None:
+            _seconds(self, "processing_timeout", f"e.g. {round(0.9 * budget, 3):g}")
+            if self.processing_timeout > budget:
+                if self.exactly_once and budget < 0.9 * self.max_poll_interval - interval:
+                    limit = f"90% of transaction_timeout ({self.transaction_timeout}s)"
+                    outlives = "its transaction, which the coordinator would then abort"
+                else:
+                    limit = f"90% of max_poll_interval ({self.max_poll_interval}s)"
+                    outlives = "the poll interval, and the group would drop the worker"
+                raise ConfigError(
+                    "processing_timeout",
+                    f"{self.processing_timeout}s plus commit_interval ({interval}s) is above "
+                    f"{limit}: a batch could outlive {outlives}, again and again",
+                    f"use processing_timeout <= {budget:.3g}, or raise transaction_timeout "
+                    "(and max_poll_interval)",
+                )
+        if self.liveness_timeout is not None:
+            _seconds(self, "liveness_timeout", "e.g. 120")
+            if self.liveness_timeout <= self.effective_processing_timeout:
+                raise ConfigError(
+                    "liveness_timeout",
+                    f"{self.liveness_timeout}s is not above processing_timeout "
+                    f"({self.effective_processing_timeout}s): a record that is merely slow "
+                    "would get the worker restarted before its own timeout fails it",
+                    "use a liveness_timeout of a few processing timeouts (default: three, at "
+                    "least 60 s)",
+                )
 
     def _validate_sizes(self) -> None:
         _count(self, "commit_every", 1, "e.g. 10000")

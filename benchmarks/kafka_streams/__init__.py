@@ -38,6 +38,7 @@ def command(
     guarantee: str,
     commit_interval_s: float,
     state_dir: Path,
+    threads: int = 1,
 ) -> list[str]:
     """The ``java`` command line of one run (the JVM itself is the measured process)."""
     return [
@@ -53,4 +54,5 @@ def command(
         guarantee,
         str(round(commit_interval_s * 1000)),
         str(state_dir),
+        str(threads),
     ]

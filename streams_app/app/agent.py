@@ -13,15 +13,15 @@ import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from streams_app.app import names
 from streams_app.app.channel import Channel
-from streams_app.app.context import current_event, current_runtime
 from streams_app.app.topic import Topic
+from streams_app.topology import names
+from streams_app.topology.contract import current_event, current_runtime
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
-    from streams_app.app.context import SendFuture
     from streams_app.app.stream import Stream
+    from streams_app.topology.contract import SendFuture
 
 AgentFun: TypeAlias = Callable[["Stream"], Awaitable[Any] | AsyncIterator[Any]]
 Sink: TypeAlias = "Topic | Channel | Agent | Callable[[Any], Any]"

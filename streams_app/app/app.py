@@ -13,14 +13,21 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from streams_app.app import background, names
+from streams_app.app import background
 from streams_app.app.agent import Agent, AgentFun, Sink
 from streams_app.app.background import STREAM_TIME, WALL_CLOCK, Crontab, Task, Timer
 from streams_app.app.channel import Channel
 from streams_app.app.commands import Argument, Command, Option
-from streams_app.app.context import current_runtime
 from streams_app.app.faust_settings import AppSettings, build_settings
 from streams_app.app.global_table import GlobalTable
+from streams_app.app.options import (
+    FAUST_AGENT,
+    FAUST_CHANNEL,
+    FAUST_TASK,
+    FAUST_TIMER,
+    FAUST_TOPIC,
+    refuse_unknown,
+)
 from streams_app.app.pages import Page, routed
 from streams_app.app.postgres import DEFAULT_OFFSETS_TABLE, PostgresSink, SinkHandler
 from streams_app.app.set_table import SetTable
@@ -29,6 +36,14 @@ from streams_app.app.table import Table, WindowCloseCallback
 from streams_app.app.topic import Topic
 from streams_app.codecs import Codec, CodecSpec
 from streams_app.errors import TopologyError
+from streams_app.topology import names
+from streams_app.topology.contract import current_runtime
+from streams_app.topology.description import (
+    GROUP_BY,
+    THROUGH,
+    RepartitionDecl,
+    TopologyDescription,
+)
 from streams_app.transport.base import ProducerConfig, RecordMetadataLike, Transport
 
 if TYPE_CHECKING:
@@ -66,6 +81,10 @@ class App:
         self.pages: list[Page] = []
         self.channels: list[Channel] = []
         self.sinks: dict[str, PostgresSink] = {}
+        #: Repartition topic -> its group_by/through (:meth:`declare_repartition`).
+        self.repartitions: dict[str, RepartitionDecl] = {}
+        #: Agent name -> why its trace stopped short (None: it did not), once traced.
+        self._trace_notes: dict[str, str | None] = {}
         self.on_rebalance_start = Signal("on_rebalance_start", self)
         self.on_rebalance_complete = Signal("on_rebalance_complete", self)
         self.on_partitions_assigned = Signal("on_partitions_assigned", self)
@@ -97,12 +116,24 @@ class App:
         has_prefix: bool = False,
         timestamp_fn: Callable[[Any], Any] | None = None,
         on_invalid_timestamp: str = "dlq",
-        **_: Any,
+        schema: Any = None,
+        **faust: Any,
     ) -> Topic:
         """Declare a topic (created at start if it does not exist). ``timestamp_fn(value)``
         gives records their time (a datetime or epoch seconds) instead of the Kafka timestamp;
         ``on_invalid_timestamp`` says what a missing or negative one does (see
-        :class:`~streams_app.app.topic.Topic`)."""
+        :class:`~streams_app.app.topic.Topic`). ``schema`` (Faust's ``faust.Schema``) gives
+        the key and value types and serializers not given here.
+
+        Declaring a name again returns the same Topic; a declaration that says something else
+        about it (types, serializers, partitions, replicas, topic configs) is refused."""
+        where = f"app.topic({', '.join(map(repr, topics))})"
+        refuse_unknown(where, faust, App.topic, ignored=FAUST_TOPIC)
+        if schema is not None:
+            key_type = key_type if key_type is not None else schema.key_type
+            value_type = value_type if value_type is not None else schema.value_type
+            key_serializer = key_serializer or getattr(schema, "key_serializer", None)
+            value_serializer = value_serializer or getattr(schema, "value_serializer", None)
         if pattern is not None:
             raise TopologyError("topic(pattern=...) is not supported: name the topics")
         if len(topics) != 1:
@@ -113,6 +144,15 @@ class App:
         name = topics[0]
         existing = self.topics.get(name)
         if existing is not None:
+            existing.check_redeclared(
+                key_type=key_type,
+                value_type=value_type,
+                key_serializer=key_serializer,
+                value_serializer=value_serializer,
+                partitions=partitions,
+                replicas=replicas,
+                config=Topic.topic_config(config, retention, compacting, deleting),
+            )
             if timestamp_fn is not None:
                 existing.use_timestamp_fn(timestamp_fn, f"app.topic({name!r})")
             return existing
@@ -137,15 +177,91 @@ class App:
         self.topics[name] = topic
         return topic
 
+    def declare_repartition(
+        self,
+        agent: Agent,
+        source: str | None,
+        key: Callable[[Any], Any] | None,
+        *,
+        name: str | None,
+        partitions: int | None,
+        topic: Topic | None = None,
+    ) -> Topic:
+        """Declare the repartition topic of ``agent``'s ``group_by(key)`` (or ``through(topic)``)
+        on its stream of ``source``, and return it (the one already declared, if any).
+
+        The one way repartition topics come into the app: the agents' ``group_by`` and
+        ``through`` call it, whether a trace (:meth:`describe`) or a worker runs them.
+        """
+        source_topic = self.topics.get(source) if source else None
+        if source_topic is None or (
+            isinstance(agent.channel, Channel) and source == agent.channel.name
+        ):
+            raise RuntimeError("group_by/through need a topic: a channel has no partitions")
+        label: str | None = None
+        if topic is not None:
+            target = topic
+        else:
+            label = name or getattr(key, "__name__", None)
+            if not label or label == "<lambda>":
+                raise ValueError("group_by(key) with a lambda needs name=...")
+            topic_name = names.repartition_topic(
+                agent.name, source_topic.name, label, source_has_prefix=source_topic.has_prefix
+            )
+            target = self.topics.get(topic_name) or self.topic(
+                topic_name,
+                key_serializer=source_topic.key_codec,
+                value_serializer=source_topic.value_codec,
+                partitions=partitions,  # None: the worker's topic_partitions (the planner)
+                internal=True,
+            )
+        if target.name not in self.repartitions:
+            self.repartitions[target.name] = RepartitionDecl(
+                target.name,
+                source_topic.name,
+                agent.name,
+                GROUP_BY if topic is None else THROUGH,
+                label,
+            )
+        return target
+
+    def describe(self, *, trace: bool = True) -> TopologyDescription:
+        """What this app declares, as an immutable :class:`TopologyDescription` (``streams-app
+        -A module topology`` prints it; the planner and the worker read it).
+
+        ``trace``: first run each agent not traced yet up to its first ``async for``, so that
+        its ``group_by`` topics are declared (no worker or event loop needed: see
+        :mod:`streams_app.app.trace`). A worker describes without: its own agents have run that
+        far when it describes the app.
+        """
+        if trace:
+            untraced = [a for a in self.agents if a.name not in self._trace_notes]
+            if untraced:
+                from streams_app.app.trace import trace_agents
+
+                self._trace_notes.update(trace_agents(self))
+        from streams_app.app.describe import describe
+
+        return describe(self, self._trace_notes)
+
+    def resolve_table_partitions(self, table_partitions: Mapping[str, int]) -> None:
+        """Give tables declared without ``partitions=`` the count the plan chose for them (one
+        explicit step, at a worker's start), so ``table.partitions`` reads as in Faust."""
+        for name, partitions in table_partitions.items():
+            table = self.tables.get(name)
+            if table is not None and table.partitions is None:
+                table.partitions = partitions
+
     def channel(
         self,
         *,
         key_type: CodecSpec = None,
         value_type: CodecSpec = None,
         maxsize: int | None = None,
-        **_: Any,
+        **faust: Any,
     ) -> Channel:
         """An in-process channel (no Kafka, outside the transaction: see app.channel)."""
+        refuse_unknown("app.channel()", faust, App.channel, ignored=FAUST_CHANNEL)
         channel = Channel(self, key_type=key_type, value_type=value_type, maxsize=maxsize)
         self.channels.append(channel)
         return channel
@@ -165,11 +281,17 @@ class App:
         use_reply_headers: bool = True,
         help: str | None = None,
         timestamp_fn: Callable[[Any], Any] | None = None,
-        **_: Any,
+        schema: Any = None,
+        **faust: Any,
     ) -> Callable[[AgentFun], Agent]:
         """Decorate ``async def f(stream)`` to process ``channel`` (a topic, its name, or an
         in-process channel); without one, the agent owns a topic (Faust's ``@app.agent()``).
-        ``timestamp_fn`` sets the input topic's record time (see :meth:`topic`)."""
+        ``timestamp_fn`` sets the input topic's record time (see :meth:`topic`); ``schema``
+        (Faust's) the own topic's key and value types not given here."""
+        refuse_unknown("@app.agent()", faust, App.agent, ignored=FAUST_AGENT)
+        if schema is not None:
+            key_type = key_type if key_type is not None else schema.key_type
+            value_type = value_type if value_type is not None else schema.value_type
         source = self.topic(channel) if isinstance(channel, str) else channel
 
         def decorate(fun: AgentFun) -> Agent:
@@ -260,7 +382,7 @@ class App:
         on_leader: bool = False,
         name: str | None = None,
         on: str = WALL_CLOCK,
-        **_: Any,
+        **faust: Any,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Run ``f()`` (or ``f(app)``) every ``interval`` seconds (a number or a timedelta).
 
@@ -272,6 +394,7 @@ class App:
         (``current_task`` is set). See :mod:`streams_app.app.background` for how timers stand
         with transactions.
         """
+        refuse_unknown("@app.timer()", faust, App.timer, ignored=FAUST_TIMER)
         seconds = interval.total_seconds() if hasattr(interval, "total_seconds") else interval
         if float(seconds) <= 0:
             raise ValueError("timer interval must be positive")
@@ -298,10 +421,11 @@ class App:
         tz: Any = None,
         on_leader: bool = False,
         name: str | None = None,
-        **_: Any,
+        **faust: Any,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Run ``f()`` at the times of a cron expression (``timezone``: a tzinfo or a name;
         default the app's ``timezone`` setting)."""
+        refuse_unknown("@app.crontab()", faust, App.crontab, ignored=FAUST_TASK)
         from croniter import croniter
 
         if not croniter.is_valid(cron_format):
@@ -325,10 +449,11 @@ class App:
         return f"{label}#{index}"
 
     def task(
-        self, fun: Callable[..., Any] | None = None, *, on_leader: bool = False, **_: Any
+        self, fun: Callable[..., Any] | None = None, *, on_leader: bool = False, **faust: Any
     ) -> Any:
         """``@app.task`` (or ``@app.task()``): run ``f()``/``f(app)`` once when a worker
         starts, beside the agents (its sends are outside any transaction)."""
+        refuse_unknown("@app.task()", faust, App.task, ignored=FAUST_TASK)
 
         def decorate(target: Callable[..., Any]) -> Callable[..., Any]:
             self.tasks.append(Task(names.canonical_name(target), target, on_leader=on_leader))

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from streams_app.app import names
+from streams_app.topology import names
 
 #: When a timer runs: by the worker's clock, or each time a task's stream time crosses a
 #: multiple of its interval (Kafka Streams' ``PunctuationType.WALL_CLOCK_TIME``/``STREAM_TIME``).

@@ -15,8 +15,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from streams_app.app.context import current_runtime
 from streams_app.codecs import CodecSpec
+from streams_app.topology.contract import current_runtime
 
 if TYPE_CHECKING:
     from streams_app.app.app import App

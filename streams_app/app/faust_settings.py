@@ -16,6 +16,7 @@ A name that is neither ours nor Faust's is an error, as it is for ``app.conf.x =
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import datetime
 import difflib
@@ -295,14 +296,36 @@ for _cls in (
 del NO_EFFECT["timezone_"]
 
 _warned: set[str] = set()
+#: Warnings made while logging was not set up yet, for :func:`release_warnings`.
+_held: list[str] = []
 
 
 def _warn_once(name: str, reason: str) -> None:
+    """One warning per setting and process, in the log.
+
+    ``python app.py worker`` makes the App when the module runs, before ``app.main()`` reads
+    the command line and sets logging up: logged then, the warning would reach stderr bare,
+    through Python's last-resort handler, and read like a line the app printed. It is held
+    instead, and the command line logs it once logging is set up (:func:`release_warnings`);
+    whatever is still held when the process exits is logged then, as it would have been."""
     if name in _warned:
         return
     _warned.add(name)
     message = f"Faust setting {name!r} has no effect on streams_app: {reason}"
-    log.warning("%s", message)
+    if log.hasHandlers():
+        log.warning("%s", message)
+        return
+    if not _held:
+        atexit.register(release_warnings)
+    _held.append(message)
+
+
+def release_warnings() -> None:
+    """Log the warnings held until logging was set up (see :func:`_warn_once`)."""
+    held = list(_held)
+    _held.clear()
+    for message in held:
+        log.warning("%s", message)
 
 
 def _ours_already(name: str, value: Any) -> bool:

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from streams_app.app.context import MISSING, current_event, current_runtime, current_task
 from streams_app.app.table import Table
 from streams_app.state.base import DELETED, PartitionTransaction
+from streams_app.topology.contract import MISSING, current_event, current_runtime, current_task
 
 
 class GlobalTable(Table):
@@ -59,7 +59,7 @@ class GlobalTable(Table):
     def __delitem__(self, key: Any) -> None:
         if self._lookup(key) is MISSING:
             raise KeyError(key)
-        self._transaction().delete(key)
+        self._writable().delete(key)
 
     def _items(self) -> Iterator[tuple[Any, Any]]:
         merged = dict(self.local_items())

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streams_app.aio import within
-from streams_app.app.context import Event, TopicPartitionView, current_event
+from streams_app.topology.contract import Event, TopicPartitionView, current_event
 
 if TYPE_CHECKING:
     from streams_app.app.channel import Channel
@@ -53,6 +53,7 @@ class _Core:
     """The inbox and state one agent instance's streams share (derived streams included)."""
 
     __slots__ = (
+        "current",
         "failed",
         "flush_requested",
         "holding",
@@ -72,6 +73,9 @@ class _Core:
         self.holding = False
         self.flush_requested = False
         self.failed = False
+        #: The record the agent works on now (None while it waits): the runtime names it when
+        #: the agent takes too long (processing_timeout).
+        self.current: Event | None = None
 
 
 class Stream:
@@ -190,7 +194,10 @@ class Stream:
         return self._derive(keep)
 
     def echo(self, *channels: Topic | Channel | str) -> Stream:
-        """Send every value to ``channels`` too (inside the transaction), then pass it on."""
+        """Send every value to ``channels`` too (inside the transaction), then pass it on.
+
+        Under the input record's key, as sinks do (Faust sends ``key=None``): a copy keeps its
+        input's partition number and order, and stays usable with tables downstream."""
 
         async def forward(value: Any) -> Any:
             event = current_event.get()
@@ -265,7 +272,7 @@ class Stream:
         return value
 
     def _derive(self, processor: Processor) -> Stream:
-        derived = Stream(
+        derived = type(self)(
             self._actor, self.topic, _core=self._core, _processors=[*self._processors, processor]
         )
         derived.active_partitions = self.active_partitions
@@ -273,7 +280,7 @@ class Stream:
 
     def _actor_topic(self, channel: Any) -> Any:
         if isinstance(channel, str):
-            from streams_app.app.context import current_runtime
+            from streams_app.topology.contract import current_runtime
 
             runtime = current_runtime.get()
             if runtime is None:
@@ -293,6 +300,7 @@ class Stream:
         inbox = core.inbox
         while not inbox:
             current_event.set(None)
+            core.current = None
             if holding and (core.flush_requested or _passed(deadline)):
                 core.flush_requested = False
                 return None  # type: ignore[return-value]
@@ -310,7 +318,7 @@ class Stream:
                     core.holding = False
                     return None  # type: ignore[return-value]
             core.holding = False
-        event = inbox.popleft()
+        event = core.current = inbox.popleft()
         current_event.set(event)
         return event
 
@@ -321,7 +329,7 @@ class Stream:
         if not core.inbox:
             return None
         core.started = True
-        event = core.inbox.popleft()
+        event = core.current = core.inbox.popleft()
         current_event.set(event)
         return event
 
@@ -366,6 +374,12 @@ class Stream:
     @property
     def settled(self) -> bool:
         return self._core.settled.is_set()
+
+    @property
+    def in_hand(self) -> Event | None:
+        """The record the agent took last and has not finished with (None: it waits)."""
+        core = self._core
+        return None if core.settled.is_set() and not core.parked else core.current
 
     @property
     def pending(self) -> int:

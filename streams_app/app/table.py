@@ -11,6 +11,14 @@ A key that is not the key of the record being processed (``table["totals"] += 1`
 partition) is stored once per partition: each task owns its partition's value, which keeps
 every write exactly-once. Faust kept one value per worker instead (whatever the last write in
 any partition was). The first such write logs a warning, once per table.
+
+Outside of any record (an ``@app.page``, an ``@app.task``, a timer, a command) there is no
+task's transaction to read through: ``table[key]``, ``get``, ``in``, iteration and ``len`` read
+the **committed** state of the partitions this worker holds, the key's own partition first
+(runtime/local_reads.py). What the open transaction wrote is not seen until it commits (within
+one ``commit_interval``), and nothing an abort takes back is ever seen. A command holds no
+partition and sees the default. Writes there are refused: a write belongs to a record's
+transaction.
 """
 
 from __future__ import annotations
@@ -19,8 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from streams_app.app import names
-from streams_app.app.context import Event, TaskScope, current_event, current_runtime, current_task
+from streams_app.app.options import FAUST_TABLE, refuse_unknown
 from streams_app.app.topic import Topic
 from streams_app.app.windowed import WindowedTableState, WindowWrapper
 from streams_app.app.windows import (
@@ -30,10 +37,19 @@ from streams_app.app.windows import (
     TimeWindows,
     Windows,
 )
-from streams_app.codecs import Codec, CodecSpec, JsonCodec, codec_for, json_dumps
+from streams_app.codecs import Codec, CodecSpec, JsonCodec, TypedCodec, codec_for, json_dumps
 from streams_app.errors import NullKeyError, TopologyError
 from streams_app.state.base import DELETED, PartitionTransaction
 from streams_app.state.windowed import SlidingValueCodec, WindowedTransaction, WindowKeyCodec
+from streams_app.topology import names
+from streams_app.topology.contract import (
+    MISSING,
+    Event,
+    TaskScope,
+    current_event,
+    current_runtime,
+    current_task,
+)
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
@@ -44,7 +60,7 @@ LATE_RECORDS = ("drop", "dlq")
 
 log = logging.getLogger(__name__)
 
-_MISSING: Any = object()
+_MISSING: Any = MISSING
 
 
 class Table(MutableMapping[Any, Any]):
@@ -65,8 +81,24 @@ class Table(MutableMapping[Any, Any]):
         key_serializer: str | Codec | None = None,
         value_serializer: str | Codec | None = None,
         on_window_close: WindowCloseCallback | None = None,
+        schema: Any = None,
+        window: Any = None,
         **faust_options: Any,
     ) -> None:
+        refuse_unknown(
+            f"app.{type(self).__name__}({name!r})",
+            faust_options,
+            Table.__init__,
+            ignored=FAUST_TABLE,
+        )
+        if window is not None:
+            raise TopologyError(
+                f"table {name!r}: window=... is Faust's internal form; make a windowed table "
+                "with .tumbling(), .hopping(), .sliding() or .session() on it"
+            )
+        if schema is not None:  # Faust's faust.Schema: the types not given here
+            key_type = key_type if key_type is not None else schema.key_type
+            value_type = value_type if value_type is not None else schema.value_type
         self.app = app
         self.name = name
         self.default = default
@@ -204,14 +236,27 @@ class Table(MutableMapping[Any, Any]):
 
     def _final_topic(self, emit_final: Topic | str) -> Topic:
         if isinstance(emit_final, str):
-            return self.app.topic(
-                emit_final, key_serializer="json", value_serializer=self.user_value_codec
-            )
-        if not isinstance(emit_final.key_codec, JsonCodec):
+            declared = self.app.topics.get(emit_final)
+            if declared is None:
+                return self.app.topic(
+                    emit_final, key_serializer="json", value_serializer=self.user_value_codec
+                )
+            emit_final = declared
+        # A topic declared without a key (or value) format, e.g. only for its retention
+        # (app.topic("views-final", retention=...)), takes the final results' own.
+        if emit_final.key_type is None and emit_final.key_serializer is None:
+            emit_final.key_serializer = "json"
+            emit_final.key_codec = codec_for(None, "json", "json", checked=True)
+        if emit_final.value_type is None and emit_final.value_serializer is None:
+            emit_final.value_serializer = emit_final.value_codec = self.user_value_codec
+        codec = emit_final.key_codec
+        serializer = codec.serializer if isinstance(codec, TypedCodec) else codec
+        if not isinstance(serializer, JsonCodec) or getattr(codec, "typ", None) not in (None, dict):
             raise TopologyError(
                 f"topic {emit_final.name!r} gets the final results of table {self.name!r}, "
                 "whose keys are JSON objects {key, start, end}: declare it with "
-                "key_serializer='json' (or pass its name and let the table declare it)"
+                "key_serializer='json' and no key_type, or without a key format at all (the "
+                "table gives it JSON keys), or pass its name and let the table declare it"
             )
         return emit_final
 
@@ -260,14 +305,18 @@ class Table(MutableMapping[Any, Any]):
 
     # -- the task's view ------------------------------------------------------------------
 
-    def _transaction(self) -> PartitionTransaction:
+    def _transaction(self) -> PartitionTransaction | None:
+        """The open transaction of the task that owns the record being processed (or that a
+        stream-time timer, ``on_leader`` timer or window-close callback runs for); None when
+        there is none (a page, a task, a timer, a command): reads then see the committed state
+        (:meth:`_committed`), and writes are refused (:meth:`_writable`)."""
         event = current_event.get()
         if event is self._event and event is not None:
-            return self._event_tx  # type: ignore[return-value]
+            return self._event_tx
         if event is None:
             scope = current_task.get()
             if scope is None:
-                return self._transaction_outside_event()
+                return None
             task = scope
         else:
             if event.raw_key is None:
@@ -285,15 +334,27 @@ class Table(MutableMapping[Any, Any]):
             self._event, self._event_tx = event, tx
         return tx
 
-    def _transaction_outside_event(self) -> PartitionTransaction:
-        raise TopologyError(
-            f"table {self.name!r} was used outside of processing a record; inside an agent "
-            "use it while handling an event, elsewhere use table.local_items() / table.read()"
-        )
+    def _writable(self) -> PartitionTransaction:
+        tx = self._transaction()
+        if tx is None:
+            raise TopologyError(
+                f"table {self.name!r} was written outside of processing a record: a write "
+                "belongs to the transaction of the record being processed (its task owns the "
+                "table partition). From a page, task or timer, send a record to a topic whose "
+                "agent writes the table (reads outside a record see the committed state)"
+            )
+        return tx
+
+    def _committed(self, key: Any) -> Any:
+        """Outside of any record: ``key``'s committed value in the partitions this worker
+        holds (runtime/local_reads.py), or ``_MISSING``. What the open transaction wrote is not
+        seen until it commits; a command, or code with no worker, holds no partition."""
+        runtime = current_runtime.get()
+        return _MISSING if runtime is None else runtime.table_lookup(self, key)
 
     def __getitem__(self, key: Any) -> Any:
         tx = self._transaction()
-        value = tx.get(key, _MISSING)
+        value = tx.get(key, _MISSING) if tx is not None else self._committed(key)
         if value is _MISSING:
             if self.default is None:
                 raise KeyError(key)
@@ -303,27 +364,36 @@ class Table(MutableMapping[Any, Any]):
     def __setitem__(self, key: Any, value: Any) -> None:
         if not self._warned_key:
             self._check_key(key)
-        self._transaction().set(key, value)
+        self._writable().set(key, value)
 
     def __delitem__(self, key: Any) -> None:
-        tx = self._transaction()
+        tx = self._writable()
         if not tx.contains(key):
             raise KeyError(key)
         tx.delete(key)
 
     def __contains__(self, key: object) -> bool:
-        return self._transaction().contains(key)
+        tx = self._transaction()
+        return tx.contains(key) if tx is not None else self._committed(key) is not _MISSING
 
     def get(self, key: Any, default: Any = None) -> Any:
-        value = self._transaction().get(key, _MISSING)
+        tx = self._transaction()
+        value = tx.get(key, _MISSING) if tx is not None else self._committed(key)
         return default if value is _MISSING else value
 
     def __iter__(self) -> Iterator[Any]:
-        """Keys of the current task's partition (committed and pending)."""
-        return iter(dict(self._partition_items(self._transaction())))
+        """Keys of the current task's partition (committed and pending); outside of any record,
+        the committed keys of every partition this worker holds."""
+        tx = self._transaction()
+        if tx is None:
+            return iter(dict(self.local_items()))
+        return iter(dict(self._partition_items(tx)))
 
     def __len__(self) -> int:
-        return len(dict(self._partition_items(self._transaction())))
+        tx = self._transaction()
+        if tx is None:
+            return len(dict(self.local_items()))
+        return len(dict(self._partition_items(tx)))
 
     def _partition_items(self, tx: PartitionTransaction) -> Iterator[tuple[Any, Any]]:
         pending = dict(tx.dirty_items())

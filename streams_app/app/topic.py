@@ -8,10 +8,10 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from streams_app.app.context import SendFuture, current_runtime
 from streams_app.app.windows import instant_ms
 from streams_app.codecs import Codec, CodecSpec, RecordCodec, codec_for
 from streams_app.errors import InvalidTimestamp, TopologyError
+from streams_app.topology.contract import SendFuture, current_runtime
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
@@ -84,15 +84,50 @@ class Topic:
         )
         self.partitions = partitions
         self.replicas = replicas
-        self.config: dict[str, str] = {k: str(v) for k, v in (config or {}).items()}
-        policies = [p for p, on in (("compact", compacting), ("delete", deleting)) if on]
-        if policies and "cleanup.policy" not in self.config:
-            self.config["cleanup.policy"] = ",".join(policies)
-        if retention is not None and "retention.ms" not in self.config:
-            self.config["retention.ms"] = str(int(_seconds(retention) * 1000))
+        self.config: dict[str, str] = self.topic_config(config, retention, compacting, deleting)
         self.internal = internal
         #: The name already carries the app id (an agent's own topic), as Faust's flag.
         self.has_prefix = has_prefix
+
+    @staticmethod
+    def topic_config(
+        config: Mapping[str, Any] | None,
+        retention: Any = None,
+        compacting: bool | None = None,
+        deleting: bool | None = None,
+    ) -> dict[str, str]:
+        """The topic configs a declaration asks for (``retention`` and the cleanup flags as
+        Kafka's ``retention.ms`` and ``cleanup.policy``, unless ``config`` sets them)."""
+        out = {k: str(v) for k, v in (config or {}).items()}
+        policies = [p for p, on in (("compact", compacting), ("delete", deleting)) if on]
+        if policies and "cleanup.policy" not in out:
+            out["cleanup.policy"] = ",".join(policies)
+        if retention is not None and "retention.ms" not in out:
+            out["retention.ms"] = str(int(_seconds(retention) * 1000))
+        return out
+
+    def check_redeclared(self, *, config: Mapping[str, str], **declared: Any) -> None:
+        """``app.topic(name, ...)`` again: refuse what says something else than the first
+        declaration (it would be ignored, the topic keeping the first declaration's codecs,
+        partition count and configs)."""
+        for attribute, value in declared.items():
+            first = getattr(self, attribute)
+            if value is None or value is first or value == first:
+                continue
+            said = "without it" if first is None else f"with {attribute}={first!r}"
+            raise TopologyError(
+                f"topic {self.name!r} is declared again with {attribute}={value!r}, but was "
+                f"declared {said}: declare a topic once, with everything it needs, and use that "
+                f"Topic (app.topics[{self.name!r}]) everywhere else"
+            )
+        for key, value in config.items():
+            if self.config.get(key) != value:
+                first = self.config.get(key)
+                said = "without it" if first is None else f"with {key}={first}"
+                raise TopologyError(
+                    f"topic {self.name!r} is declared again with topic config {key}={value}, "
+                    f"but was declared {said}: declare a topic once, with everything it needs"
+                )
 
     # -- Faust's names for the same things --------------------------------------------------
 
@@ -132,15 +167,11 @@ class Topic:
                 f"{self.name}.send() called outside a running worker; to feed a topic from a "
                 "script use `async with app.producer() as producer: await producer.send(...)`"
             )
-        future = runtime.send_nowait(self, key, value, headers, partition, timestamp)
+        raw_key, raw_value = self.encode(key, value)
+        future = runtime.send_nowait(self.name, raw_key, raw_value, headers, partition, timestamp)
         if future is None:
-            future = await runtime.send(
-                self,
-                key=key,
-                value=value,
-                headers=headers,
-                partition=partition,
-                timestamp=timestamp,
+            future = await runtime.send_encoded(
+                self.name, raw_key, raw_value, headers, partition, timestamp
             )
         if callback is not None:
             _call_when_done(future, callback)

@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from streams_app.app.context import Event, TaskScope, current_event, current_runtime, current_task
 from streams_app.app.windows import (
     Duration,
     Op,
@@ -39,6 +38,13 @@ from streams_app.app.windows import (
 )
 from streams_app.errors import TopologyError
 from streams_app.state.windowed import SlidingValue, WindowedTransaction, WindowKey
+from streams_app.topology.contract import (
+    Event,
+    TaskScope,
+    current_event,
+    current_runtime,
+    current_task,
+)
 
 if TYPE_CHECKING:
     from streams_app.app.table import Table
@@ -67,6 +73,10 @@ class WindowedTableState:
         self.windows: Windows = window
         self.view = view
         self.observed = observed
+        #: The observed time before the record being applied (see WindowState.prior).
+        self.prior = observed
+        #: The newest window start written (see WindowState.newest_start).
+        self.newest_start = -(1 << 63)
         #: Updates to windows that had already closed (Kafka Streams' dropped-records count).
         self.skipped_windows = 0
         self.initial = table.initial
@@ -78,8 +88,14 @@ class WindowedTableState:
         self._expiries: list[tuple[int, int, tuple[Any, int, int]]] = []
         self._tracked: set[tuple[Any, int, int]] = set()
         self._seq = 0
+        #: Windows up to this close time have been emitted (by this state, or before it opened).
+        self._emitted_upto = observed
+        #: Final values of closed sessions replaced before they were emitted (see reclose).
+        self._replaced: dict[tuple[Any, int, int], list[Any]] = {}
         for stored, _ in view.all_windows():
             self.track(stored)
+            if stored.start > self.newest_start:
+                self.newest_start = stored.start
 
     def track(self, window: tuple[Any, int, int]) -> None:
         if window in self._tracked:
@@ -93,14 +109,37 @@ class WindowedTableState:
             heapq.heappush(self._closes, (close, self._seq, window))
         heapq.heappush(self._expiries, (self.windows.expire_at(window), self._seq, window))
 
+    def reclose(self, window: tuple[Any, int, int]) -> None:
+        """``window``, a session, is about to be written although it is already closed: a
+        record exactly at the close point starts a session that is closed at once (Kafka
+        Streams accepts such a record and emits the session at once). Queue it to be emitted;
+        a closed session with the same bounds that it overwrites keeps its own final value
+        for its own emission, if that has not happened yet."""
+        window = (window[0], window[1], window[2])
+        close = self.windows.close_at(window)
+        # A window of these bounds queued to close and not emitted yet reads the store when it
+        # is: it emits the new session (a session merged away before, or the replaced one's
+        # value kept here, ahead of a new entry for the new session).
+        pending = window in self._tracked and close > self._emitted_upto
+        replaced = self.view.get(window, _MISSING)
+        if pending and replaced is _MISSING:
+            return
+        if pending:
+            self._replaced.setdefault(window, []).append(self.windows.aggregate(replaced))
+        elif window not in self._tracked:
+            self.track(window)  # closed already: queued to expire only
+        self._seq += 1
+        heapq.heappush(self._closes, (close, self._seq, window))
+
     def update(self, key: Any, timestamp: int, op: Op, value: Any) -> bool:
         """Apply a record's update; False if it was late for every window (nothing changed)."""
+        self.prior = self.observed
         if timestamp > self.observed:
             self.observed = timestamp
         return self.windows.update(self, key, timestamp, op, value)
 
-    def visible(self, window: WindowKey) -> bool:
-        return self.windows.expire_at(window) > self.observed
+    def visible(self, window: tuple[Any, int, int]) -> bool:
+        return self.windows.expire_at(window) > self.windows.expiry_time(self)
 
     def read(self, window: WindowKey | None) -> Any:
         if window is None or not self.visible(window):
@@ -114,16 +153,24 @@ class WindowedTableState:
         closes = self._closes
         while closes and closes[0][0] <= self.observed:
             _, _, window = heapq.heappop(closes)
+            replaced = self._replaced.get(window)
+            if replaced:  # a final value overwritten since (reclose): that value, first
+                out.append((WindowKey._make(window), replaced.pop(0)))
+                if not replaced:
+                    del self._replaced[window]
+                continue
             stored = self.view.get(window, _MISSING)
             if stored is not _MISSING:  # not merged away or deleted meanwhile
                 out.append((WindowKey._make(window), self.windows.aggregate(stored)))
+        self._emitted_upto = self.observed
         return out
 
     def expire(self) -> int:
         """Delete windows past retention (their changelog tombstones go out at commit)."""
         removed = 0
         expiries = self._expiries
-        while expiries and expiries[0][0] <= self.observed:
+        now = self.windows.expiry_time(self)
+        while expiries and expiries[0][0] <= now:
             _, _, window = heapq.heappop(expiries)
             self._tracked.discard(window)
             if self.view.get(window, _MISSING) is not _MISSING:
@@ -147,9 +194,17 @@ def _scope() -> tuple[TaskScope, Event | None]:
     if task is None:
         raise TopologyError(
             "a windowed table was used outside of processing a record (or a stream-time timer "
-            "or window-close callback): windows belong to the task that owns the record"
+            "or window-close callback): windows belong to the task that owns the record. From "
+            "a page, read the committed windows at /tables/<table>/<key> of the worker's web "
+            "server; elsewhere, keep what you need in a plain table"
         )
     return task, None
+
+
+def _windows(task: TaskScope, table: Table) -> WindowedTableState:
+    """The task's windows of ``table``: the state :meth:`Table.open_windowed` made (the
+    contract types it as the little the commit needs of it)."""
+    return task.windowed(table)  # type: ignore[return-value]
 
 
 class WindowSet:
@@ -172,10 +227,10 @@ class WindowSet:
 
     def _state(self) -> WindowedTableState:
         task, _ = _scope()
-        return task.windowed(self.wrapper.table)
+        return _windows(task, self.wrapper.table)
 
     def _read(self, state: WindowedTableState, window: WindowKey | None) -> Any:
-        if window is not None and state.windows.expire_at(window) > state.observed:
+        if window is not None and state.visible(window):
             stored = state.view.tx.get(window, _MISSING)
             if stored is not _MISSING:
                 return state.windows.aggregate(stored)
@@ -193,7 +248,7 @@ class WindowSet:
         table = self.wrapper.table
         if not table._warned_key and (event is None or self.key is not event.key):
             table._check_key(self.key)  # a key other than the record's: one value per partition
-        state = task.windowed(table)
+        state = _windows(task, table)
         relative = self.wrapper._relative_to
         timestamp = (
             event.timestamp
@@ -201,6 +256,7 @@ class WindowSet:
             else (self.wrapper.get_timestamp(event))
         )
         # WindowedTableState.update, inlined: this runs for every record of every windowed table.
+        state.prior = state.observed
         if timestamp > state.observed:
             state.observed = timestamp
         if not state.windows.update(state, self.key, timestamp, op, value) and event is not None:
@@ -259,7 +315,7 @@ class WindowSet:
         event = event or self.event or current_event.get()
         if event is None:
             raise TopologyError("this read needs the record being processed (it has none here)")
-        state = event.task.windowed(self.wrapper.table)
+        state = _windows(event.task, self.wrapper.table)
         value = state.windows.current_value(
             state.view, self.key, event.timestamp, state.observed, _MISSING
         )
@@ -430,7 +486,7 @@ class WindowWrapper:
 
     def __delitem__(self, key: Any) -> None:
         task, event = _scope()
-        state = task.windowed(self.table)
+        state = _windows(task, self.table)
         timestamp = self.get_timestamp(event)
         window = state.windows.current(state.view, key, timestamp)
         if window is not None:
@@ -438,14 +494,14 @@ class WindowWrapper:
 
     def __contains__(self, key: Any) -> bool:
         task, event = _scope()
-        state = task.windowed(self.table)
+        state = _windows(task, self.table)
         timestamp = self.get_timestamp(event)
         return state.read(state.windows.current(state.view, key, timestamp)) is not _MISSING
 
     def keys(self) -> list[Any]:
         """Keys with live windows in the current task's partition."""
         task, _ = _scope()
-        return task.windowed(self.table).keys()
+        return _windows(task, self.table).keys()
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.keys())

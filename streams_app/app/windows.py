@@ -99,7 +99,15 @@ class WindowState(Protocol):
     view: WindowedTransaction
     #: The partition's observed stream time, this record's timestamp included.
     observed: int
-    #: Updates skipped because their window had closed (Kafka Streams counts them as dropped).
+    #: The observed stream time before this record (sessions: a session closed by then is
+    #: final and never merged again, even when this record moves stream time).
+    prior: int
+    #: The newest window start written (sliding windows: it decides which windows are still
+    #: in the store, as the stream time of Kafka Streams' window store does).
+    newest_start: int
+    #: Window updates dropped because their window had closed, as Kafka Streams'
+    #: ``dropped-records-total`` counts them: one per window a record skipped, and one for a
+    #: sliding or session record late for every window (whose windows do not exist).
     skipped_windows: int
 
     def initial(self) -> Any:
@@ -108,6 +116,9 @@ class WindowState(Protocol):
     def track(self, window: tuple[Any, int, int]) -> None:
         """A window (a WindowKey or a plain ``(key, start, end)``) was written: queue it to
         close and expire (if it is not already)."""
+
+    def reclose(self, window: tuple[Any, int, int]) -> None:
+        """A session about to be written although already closed (WindowedTableState.reclose)."""
 
 
 class Windows(ABC):
@@ -125,7 +136,11 @@ class Windows(ABC):
 
     @abstractmethod
     def expire_at(self, window: tuple[Any, int, int]) -> int:
-        """The observed stream time at which ``window`` leaves the store."""
+        """The time (:meth:`expiry_time`) at which ``window`` leaves the store."""
+
+    def expiry_time(self, state: WindowState) -> int:
+        """The time :meth:`expire_at` is compared with: the observed stream time."""
+        return state.observed
 
     # -- updates --------------------------------------------------------------------------
 
@@ -133,9 +148,9 @@ class Windows(ABC):
     def update(self, state: WindowState, key: Any, timestamp: int, op: Op, value: Any) -> bool:
         """Apply ``op(aggregate, value)`` for a record of ``key`` at ``timestamp``.
 
-        Every window written is reported to ``state.track``; windows skipped because they had
-        closed are counted in ``state.skipped_windows``. Returns False when the record was late
-        for every window it belongs to (it changed nothing).
+        Every window written is reported to ``state.track``; updates dropped because their
+        window had closed are counted in ``state.skipped_windows``. Returns False when the
+        record was late for every window it belongs to (it changed nothing).
         """
 
     # -- reads ----------------------------------------------------------------------------
@@ -326,15 +341,30 @@ class SlidingWindows(Windows):
     def expire_at(self, window: tuple[Any, int, int]) -> int:
         return window[1] + self.retention_ms + 1
 
+    def expiry_time(self, state: WindowState) -> int:
+        # Retention counts from the newest window start written, as Kafka Streams' window store
+        # counts it (its stream time is the largest window start put): a window is gone once
+        # its start is ``retention`` or more before that. What the update below sees depends
+        # on that alone, never on where a batch (and with it the deletion of expired windows)
+        # happened to end, so the windows updated and skipped are Kafka Streams' whatever the
+        # batching.
+        return state.newest_start + 1
+
     def aggregate(self, stored: Any) -> Any:
         return stored.value
 
     def update(self, state: WindowState, key: Any, timestamp: int, op: Op, value: Any) -> bool:
-        view, initial, created = state.view, state.initial, state.track
+        view, initial, track = state.view, state.initial, state.track
         t, d = timestamp, self.size_ms
         close = state.observed - self.grace_ms
         if t + d < close:
+            state.skipped_windows += 1  # Kafka Streams counts its newest window, once
             return False  # every window holding it has closed
+
+        def created(window: WindowKey) -> None:
+            track(window)
+            if window.start > state.newest_start:
+                state.newest_start = window.start
 
         def put(window: WindowKey, stored: SlidingValue | None, base: SlidingValue) -> None:
             """Add the record to ``window`` (whose current content is ``base``), if open."""
@@ -344,7 +374,12 @@ class SlidingWindows(Windows):
             created(window)
             view.put(window, SlidingValue(op(base.value, value), max(t, base.max_timestamp)))
 
-        windows = view.windows(key, max(0, t - 2 * d), t + 1)
+        # Windows out of retention (see expiry_time) are left out even before they are deleted
+        # at the end of the batch.
+        gone = state.newest_start - self.retention_ms
+        windows = [
+            found for found in view.windows(key, max(0, t - 2 * d), t + 1) if found[0].start > gone
+        ]
         if t < d:
             self._early(view, key, t, windows, put, initial, created)
             return True
@@ -460,7 +495,11 @@ class SessionWindows(Windows):
         self.merge: Callable[[Any, Any], Any] = merge or (lambda a, b: a + b)
 
     def close_at(self, window: tuple[Any, int, int]) -> int:
-        return window[2] + self.gap_ms + self.grace_ms + 1
+        # Closed once stream time *reaches* end + gap + grace, as in Kafka Streams 4.3: its
+        # session store then no longer returns the session (retention gap + grace from the
+        # largest session end written), so a later record starts a new session instead of
+        # extending it, and suppress(untilWindowCloses) emits it at that instant.
+        return window[2] + self.gap_ms + self.grace_ms
 
     def expire_at(self, window: tuple[Any, int, int]) -> int:
         return window[2] + self.retention_ms + 1
@@ -469,30 +508,41 @@ class SessionWindows(Windows):
         self, view: WindowedTransaction, key: Any, low: int, high: int, observed: int
     ) -> list[tuple[WindowKey, Any]]:
         """Stored sessions of ``key`` ending at or after ``low`` and starting at or before
-        ``high``, leaving out expired ones (Kafka Streams' ``findSessions``)."""
+        ``high`` that were still open at stream time ``observed`` (Kafka Streams'
+        ``findSessions``): a closed session is final, never merged into a new one."""
+        close_at = self.close_at
         return [
             (w, v)
             for w, v in view.windows(key, None, high)
-            if w.end >= low and self.expire_at(w) > observed
+            if w.end >= low and close_at(w) > observed
         ]
 
     def update(self, state: WindowState, key: Any, timestamp: int, op: Op, value: Any) -> bool:
         view, observed = state.view, state.observed
         t, gap = timestamp, self.gap_ms
         close = observed - self.grace_ms - gap
-        found = self.sessions(view, key, t - gap, t + gap, observed)
+        # Sessions open before this record: one that this very record's time closes (grace 0,
+        # t == end + gap) is still extended, as in Kafka Streams, where the record is merged
+        # before stream time moves.
+        found = self.sessions(view, key, t - gap, t + gap, state.prior)
         start, end = t, t
         aggregate = state.initial()
         for window, stored in found:
             aggregate = self.merge(aggregate, stored)
             start, end = min(start, window.start), max(end, window.end)
         if end < close:
+            state.skipped_windows += 1  # the session it would have made or extended
             return False
         merged = WindowKey(key, start, end)
         if (start, end) != (t, t):
             for window, _ in found:
                 view.delete(window)
-        state.track(merged)
+        if end == close:
+            # Exactly at the close point: accepted, as in Kafka Streams, but closed at once. A
+            # closed session of the same bounds ([t, t]) is replaced, not merged.
+            state.reclose(merged)
+        else:
+            state.track(merged)
         view.put(merged, op(aggregate, value))
         return True
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from streams_app.app.app import App
 from streams_app.app.commands import Argument, Command, Option
-from streams_app.app.context import current_runtime
+from streams_app.topology.contract import current_runtime
 
 
 def _converter(kind: Any) -> Callable[[str], Any] | None:

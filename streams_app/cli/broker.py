@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 
+#: Where ``broker start`` listens by default, and what apps usually declare.
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
 
 def add_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -46,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
             f"Kafka {kafka_version()} broker running at {state.bootstrap} (pid {state.pid}, "
             f"ready in {time.monotonic() - t0:.1f}s); log: {devserver.log_path()}"
         )
+        if state.bootstrap != DEFAULT_BOOTSTRAP:
+            # An app run with -A keeps the broker it declares (localhost:9092, say) unless the
+            # environment says otherwise (docs/operations.md).
+            print(f"export STREAMS_APP_BROKER={state.bootstrap}  # for -A apps and commands")
         return 0
     if command == "stop":
         stopped, found = devserver.stop()

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from streams_app.app import faust_settings
 from streams_app.cli import (
     app_commands,
     broker,
+    changelog,
     demo,
     outbox,
     pipeline,
@@ -21,6 +24,7 @@ from streams_app.cli import (
     sink,
     status,
     tables,
+    topology,
     txn,
     worker,
 )
@@ -30,11 +34,28 @@ if TYPE_CHECKING:
     from streams_app.app.app import App
 
 
+#: What ``-l`` takes (Faust's names too, ``warn`` and ``crit``; any case).
+LOG_LEVELS = ("debug", "info", "warning", "warn", "error", "critical", "crit")
+
+
+def log_level(text: str) -> str:
+    """``-l``: a level name, refused otherwise (``-l bogus`` used to be taken as warning)."""
+    if text.lower() in LOG_LEVELS:
+        return {"warn": "warning", "crit": "critical"}.get(text.lower(), text.lower())
+    close = difflib.get_close_matches(text.lower(), LOG_LEVELS, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise argparse.ArgumentTypeError(
+        f"invalid log level {text!r}: {hint}use one of {', '.join(LOG_LEVELS)}"
+    )
+
+
 def common_options() -> argparse.ArgumentParser:
     """-A and -l are accepted before or after the subcommand (``worker -l info`` as in Faust)."""
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument("-A", "--app", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    parent.add_argument("-l", "--loglevel", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    parent.add_argument(
+        "-l", "--loglevel", type=log_level, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
     return parent
 
 
@@ -47,14 +68,21 @@ def build_parser(app: App | None = None, prog: str = "streams-app") -> argparse.
     parser.add_argument(
         "-A",
         "--app",
-        help="the topology module, e.g. topologies.orders (worker, send, status, tables, agents, "
-        "reset; txn: only the app's transactions)",
+        help="the topology module, e.g. topologies.orders (worker, send, topology, status, tables, "
+        "agents, reset; txn: only the app's transactions)",
     )
-    parser.add_argument("-l", "--loglevel", default="warning", help="log level (default warning)")
+    parser.add_argument(
+        "-l",
+        "--loglevel",
+        type=log_level,
+        default="warning",
+        help=f"log level: {', '.join(LOG_LEVELS)} (default warning)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     parents = [common_options()]
     worker.add_parser(sub, parents)
     send.add_parser(sub, parents)
+    topology.add_parser(sub, parents)
     if app is None:
         broker.add_parser(sub, parents)
         demo.add_parser(sub, parents)
@@ -63,6 +91,7 @@ def build_parser(app: App | None = None, prog: str = "streams-app") -> argparse.
         status.add_parser(sub, parents)
         tables.add_parser(sub, parents)
         reset.add_parser(sub, parents)
+        changelog.add_parser(sub, parents)
         sink.add_parser(sub, parents)
         outbox.add_parser(sub, parents)
         postgres.add_parser(sub, parents)
@@ -123,15 +152,18 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         setattr(args, late, extras.pop())
     if extras:
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    # What ``worker --processes N`` starts each of its worker processes with.
+    args.command_line = list(argv)
     logging.basicConfig(
         level=getattr(logging, str(args.loglevel).upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    faust_settings.release_warnings()  # what the app's module warned about before this
     try:
         return int(args.func(args))
     except StreamsAppError as exc:
         print(f"streams-app: error: {exc}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_status", 2))
     except KeyboardInterrupt:
         return 130
 

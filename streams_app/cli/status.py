@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 
 from streams_app.cli.connect import add_bootstrap_option, client_kwargs, settings_for
@@ -18,6 +19,7 @@ from streams_app.kafka.ops_admin import OpsAdmin
 from streams_app.ops.app_report import format_status
 from streams_app.ops.render import parse_duration
 from streams_app.ops.status import app_status
+from streams_app.ops.txn_json import status_json
 from streams_app.readback import wait_committed
 
 
@@ -43,6 +45,9 @@ def add_parser(
     )
     parser.add_argument(
         "--timeout", type=_seconds, default=60.0, help="with --wait-committed (default 60s)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON (docs/operations.md lists the fields)"
     )
     add_bootstrap_option(parser)
     parser.set_defaults(func=run)
@@ -76,5 +81,9 @@ async def _run(args: argparse.Namespace) -> int:
             print(f"streams-app: {exc}", file=sys.stderr)
             code = 1
     async with OpsAdmin(conf.bootstrap_servers, **client_kwargs(conf)) as admin:
-        print(format_status(await app_status(admin, app)))
+        status = await app_status(admin, app)
+    if args.json:
+        print(json.dumps(status_json(status), sort_keys=True))
+    else:
+        print(format_status(status))
     return code

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from streams_app.cli.connect import add_bootstrap_option, client_kwargs, settings_for
+from streams_app.errors import StreamsAppError
 from streams_app.kafka.ops_admin import OpsAdmin
 from streams_app.ops.dump import dump_partition
 from streams_app.ops.render import parse_duration
@@ -30,6 +33,7 @@ from streams_app.ops.transactions import (
     open_transactions,
     state_name,
 )
+from streams_app.ops.txn_json import detail_json, dump_json, list_json, open_json
 from streams_app.ops.txn_report import format_detail, format_dump, format_list, format_open
 
 
@@ -126,6 +130,9 @@ def add_parser(
     hanging.add_argument("--yes", action="store_true", help="with --abort: do not ask")
     for action in (listing, describe, dump, hanging):
         add_bootstrap_option(action)
+        action.add_argument(
+            "--json", action="store_true", help="print JSON (docs/operations.md lists the fields)"
+        )
     parser.set_defaults(func=run)
 
 
@@ -144,30 +151,45 @@ async def _run(args: argparse.Namespace) -> int:
             listing = await list_transactions(
                 admin, states=args.state, older_than_ms=args.older_than, prefix=prefix
             )
-            print(format_list(listing))
+            _out(args, format_list(listing), lambda: list_json(listing))
             return 0
         if command == "describe":
             detail = await describe_transaction(
                 admin, args.transactional_id, history=not args.no_history
             )
-            print(format_detail(detail))
+            _out(args, format_detail(detail), lambda: detail_json(detail))
             return 0 if detail.current is not None or detail.history else 1
         if command == "dump":
             dumped = await dump_partition(
                 admin, args.topic, args.partition, from_offset=args.from_offset, count=args.count
             )
-            print(format_dump(dumped, records=args.records))
+            _out(
+                args,
+                format_dump(dumped, records=args.records),
+                lambda: dump_json(dumped, records=args.records),
+            )
             return 0
         return await _hanging(admin, args)
 
 
+def _out(args: argparse.Namespace, text: str, data: Callable[[], Any]) -> None:
+    """The text, or with ``--json`` the data as one JSON document."""
+    print(json.dumps(data(), sort_keys=True) if args.json else text)
+
+
 async def _hanging(admin: OpsAdmin, args: argparse.Namespace) -> int:
+    if args.json and args.abort and not args.yes:
+        raise StreamsAppError("--json --abort needs --yes: the questions would mix with the JSON")
     found = await open_transactions(admin, topics=args.topic, max_timeout_ms=args.max_timeout)
-    print(format_open(found))
     hanging = [t for t in found if t.verdict == HANGING]
+    if not args.json:
+        print(format_open(found))
     if not args.abort:
+        if args.json:
+            _print_json({"transactions": open_json(found), "aborted": [], "left": []})
         return 1 if hanging else 0
-    remaining = 0
+    aborted: list[dict[str, Any]] = []
+    left: list[dict[str, Any]] = []
     for txn in hanging:
         question = (
             f"Abort the transaction of producer {txn.producer.producer_id} (epoch "
@@ -176,16 +198,32 @@ async def _hanging(admin: OpsAdmin, args: argparse.Namespace) -> int:
         )
         if not args.yes and not confirm(question):
             print(f"left {txn.topic}[{txn.partition}] alone")
-            remaining += 1
+            left.append({"topic": txn.topic, "partition": txn.partition})
             continue
         await abort_hanging(admin, txn)
         lso = (await admin.end_offsets([txn.tp], committed=True))[txn.tp]
         high = (await admin.end_offsets([txn.tp]))[txn.tp]
-        print(
-            f"aborted: {txn.topic}[{txn.partition}] producer {txn.producer.producer_id}; "
-            f"last stable offset now {lso} (high watermark {high})"
+        aborted.append(
+            {
+                "topic": txn.topic,
+                "partition": txn.partition,
+                "producer_id": txn.producer.producer_id,
+                "last_stable_offset": lso,
+                "high_watermark": high,
+            }
         )
-    return 1 if remaining else 0
+        if not args.json:
+            print(
+                f"aborted: {txn.topic}[{txn.partition}] producer {txn.producer.producer_id}; "
+                f"last stable offset now {lso} (high watermark {high})"
+            )
+    if args.json:
+        _print_json({"transactions": open_json(found), "aborted": aborted, "left": left})
+    return 1 if left else 0
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, sort_keys=True))
 
 
 def confirm(question: str) -> bool:

@@ -28,7 +28,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,6 +161,17 @@ def outages() -> dict[str, float]:
     """Brokers currently reported down, with the wall-clock time since when."""
     with _state.lock:
         return {address: o.since_wall for address, o in _state.outages.items()}
+
+
+def unreachable_since(addresses: Collection[str]) -> float | None:
+    """Wall-clock time since when none of ``addresses`` answers: every one of them that was
+    ever reached is down (None: one answers, or none was ever reached). A worker's readiness
+    asks this about its bootstrap servers."""
+    with _state.lock:
+        reached = [a for a in addresses if a in _state.reached]
+        if not reached or any(a not in _state.outages for a in reached):
+            return None
+        return max(_state.outages[a].since_wall for a in reached)
 
 
 # -- rate limit ----------------------------------------------------------------------------

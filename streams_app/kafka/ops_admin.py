@@ -37,6 +37,7 @@ from aiokafka.coordinator.protocol import (
 from aiokafka.protocol.admin import DeleteGroupsRequest
 from aiokafka.protocol.commit import OffsetCommitRequest
 from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
 from streams_app.errors import BrokerUnavailable, StreamsAppError
@@ -263,12 +264,27 @@ class OpsAdmin:
         return sorted(broker.nodeId for broker in self._client.cluster.brokers())
 
     async def partitions(self, topic: str) -> list[int]:
-        """The topic's partitions; raises :class:`OpsAdminError` if it does not exist."""
+        """The topic's partitions; raises :class:`OpsAdminError` at once if it does not exist
+        (one Metadata request, which never creates it: the client's own metadata wait would
+        poll for ``request_timeout_ms``, logging an error each time)."""
+        cached = self._client.cluster.partitions_for_topic(topic)
+        if cached:
+            return sorted(cached)
+        if not await self._topic_exists(topic):
+            raise OpsAdminError(f"topic {topic!r} does not exist on {self.address}")
         try:
             found = await self._client._wait_on_metadata(topic)
         except aerrors.UnknownTopicOrPartitionError:
-            raise OpsAdminError(f"topic {topic!r} does not exist") from None
+            raise OpsAdminError(f"topic {topic!r} does not exist on {self.address}") from None
         return sorted(found)
+
+    async def _topic_exists(self, topic: str) -> bool:
+        request = MetadataRequest([topic], allow_auto_topic_creation=False)
+        response = await self._admin._send_request(request)
+        for found in response.to_object()["topics"]:
+            if found["topic"] == topic:
+                return bool(found["error_code"] != UNKNOWN_TOPIC_OR_PARTITION)
+        return False
 
     async def _leader(self, tp: TP) -> int:
         cluster = self._client.cluster
@@ -452,9 +468,10 @@ class OpsAdmin:
                     if code in _MOVED:
                         raise _Moved("partition leader moved")
                     if code == OFFSET_OUT_OF_RANGE:
+                        # The broker sends no offsets with this error (-1): ask for them.
                         raise OpsAdminError(
-                            f"offset {offset} is outside {tp[0]}[{tp[1]}] (it holds "
-                            f"{log_start}..{high}); pick --from in that range"
+                            f"offset {offset} is outside {tp[0]}[{tp[1]}], which "
+                            f"{await self._holds(tp)}; pick --from in that range"
                         )
                     if code:
                         raise OpsAdminError(f"Fetch of {tp[0]}[{tp[1]}]: {error_name(code)}")
@@ -476,6 +493,14 @@ class OpsAdmin:
         consumer = self._committed_offsets if committed else self._offsets
         found = await consumer.end_offsets([AioTopicPartition(*tp) for tp in partitions])
         return {(tp.topic, tp.partition): int(o) for tp, o in found.items()}
+
+    async def _holds(self, tp: TP) -> str:
+        """The partition's offset range, in words (``holds offsets 0..18``)."""
+        start = (await self.beginning_offsets([tp]))[tp]
+        end = (await self.end_offsets([tp]))[tp]
+        if end <= start:
+            return f"holds no records (log start offset {start}, high watermark {end})"
+        return f"holds offsets {start}..{end - 1} (high watermark {end})"
 
     async def beginning_offsets(self, partitions: Collection[TP]) -> dict[TP, int]:
         if not partitions:

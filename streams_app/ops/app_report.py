@@ -8,9 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from streams_app.app.app import App
+from streams_app.app.table import Table
+from streams_app.app.windows import SessionWindows, SlidingWindows, TimeWindows
 from streams_app.ops.render import duration, partitions, table
 from streams_app.ops.reset import ResetPlan
 from streams_app.ops.status import AppStatus
+from streams_app.ops.table_lookup import Lookup
 
 
 def format_status(status: AppStatus) -> str:
@@ -91,29 +94,81 @@ def format_status(status: AppStatus) -> str:
 
 
 def _codec_name(codec: Any) -> str:
-    return str(getattr(codec, "name", type(codec).__name__))
+    name = str(getattr(codec, "name", type(codec).__name__))
+    return name.removesuffix(":None")  # a serializer without a declared type
+
+
+def window_json(t: Table) -> dict[str, Any] | None:
+    """A table's kind of window and its sizes in ms (None: not windowed)."""
+    window = t.window
+    if window is None:
+        return None
+    out: dict[str, Any] = {"kind": window.kind}
+    if isinstance(window, TimeWindows):
+        out["kind"] = "tumbling" if window.tumbling else "hopping"
+        out["size_ms"] = window.size_ms
+        if not window.tumbling:
+            out["step_ms"] = window.step_ms
+    elif isinstance(window, SlidingWindows):
+        out["size_ms"] = window.size_ms
+    elif isinstance(window, SessionWindows):
+        out["gap_ms"] = window.gap_ms
+    out["grace_ms"] = window.grace_ms
+    out["retention_ms"] = window.retention_ms
+    return out
+
+
+def _window_text(t: Table) -> str:
+    described = window_json(t)
+    if described is None:
+        return "-"
+    sizes = ", ".join(
+        f"{name.removesuffix('_ms')} {duration(value)}"
+        for name, value in described.items()
+        if name.endswith("_ms") and name != "retention_ms"
+    )
+    return f"{described['kind']} ({sizes})"
+
+
+def tables_json(app: App, partition_counts: Mapping[str, int]) -> list[dict[str, Any]]:
+    """``tables --json``: one object per table (docs/operations.md has the schema)."""
+    return [
+        {
+            "table": t.name,
+            "changelog": t.changelog_topic_name,
+            "partitions": partition_counts.get(t.changelog_topic_name),
+            "keys": _codec_name(t.user_key_codec),
+            "values": _codec_name(t.user_value_codec),
+            "window": window_json(t),
+        }
+        for t in app.tables.values()
+    ]
 
 
 def format_tables(app: App, partition_counts: Mapping[str, int]) -> str:
     if not app.tables:
         return f"app {app.id} defines no tables"
-    rows = []
-    for t in app.tables.values():
-        count = partition_counts.get(t.changelog_topic_name)
-        rows.append(
-            (
-                t.name,
-                t.changelog_topic_name,
-                "-" if count is None else count,
-                _codec_name(t.key_codec),
-                _codec_name(t.value_codec),
-            )
+    rows = [
+        (
+            row["table"],
+            row["changelog"],
+            "-" if row["partitions"] is None else row["partitions"],
+            row["keys"],
+            row["values"],
+            _window_text(t),
         )
-    return table(("TABLE", "CHANGELOG", "PARTITIONS", "KEYS", "VALUES"), rows)
+        for row, t in zip(tables_json(app, partition_counts), app.tables.values(), strict=True)
+    ]
+    return table(("TABLE", "CHANGELOG", "PARTITIONS", "KEYS", "VALUES", "WINDOW"), rows)
 
 
 def to_json(value: Any) -> str:
     """A table key or value as JSON (Records as their fields)."""
+    return json.dumps(jsonable(value), sort_keys=True)
+
+
+def jsonable(value: Any) -> Any:
+    """A decoded key or value as plain JSON data (Records as their fields, sets sorted)."""
 
     def default(obj: Any) -> Any:
         asdict = getattr(obj, "asdict", None)
@@ -128,14 +183,67 @@ def to_json(value: Any) -> str:
             return isoformat()
         return repr(obj)
 
-    return json.dumps(value, default=default, sort_keys=True)
+    return json.loads(json.dumps(value, default=default, sort_keys=True))
 
 
-def format_contents(contents: Mapping[Any, Any]) -> str:
-    rows = sorted(((to_json(k), to_json(v)) for k, v in contents.items()))
-    lines = [table(("KEY", "VALUE"), rows)] if rows else []
-    lines.append(f"{len(rows)} key(s)")
+def contents_json(t: Table, contents: Mapping[Any, Any]) -> list[dict[str, Any]]:
+    """``tables NAME --json``: ``[{"key", "value"}]``, windowed ``[{"key", "start", "end",
+    "value"}]`` (the window's aggregate), sorted."""
+    window = t.window
+    if window is None:
+        rows = [{"key": jsonable(k), "value": jsonable(v)} for k, v in contents.items()]
+    else:
+        rows = [
+            {
+                "key": jsonable(k.key),
+                "start": k.start,
+                "end": k.end,
+                "value": jsonable(window.aggregate(v)),
+            }
+            for k, v in contents.items()
+        ]
+    return sorted(rows, key=lambda row: json.dumps(row, sort_keys=True))
+
+
+def format_contents(t: Table, contents: Mapping[Any, Any]) -> str:
+    rows = contents_json(t, contents)
+    if t.window is None:
+        lines = [table(("KEY", "VALUE"), [(to_json(r["key"]), to_json(r["value"])) for r in rows])]
+    else:
+        lines = [
+            table(
+                ("KEY", "START", "END", "VALUE"),
+                [(to_json(r["key"]), r["start"], r["end"], to_json(r["value"])) for r in rows],
+            )
+        ]
+    if not rows:
+        lines = []
+    keys = len({to_json(r["key"]) for r in rows})
+    lines.append(f"{keys} key(s)" if t.window is None else f"{len(rows)} window(s), {keys} key(s)")
     return "\n".join(lines)
+
+
+def lookup_json(t: Table, found: Lookup) -> dict[str, Any]:
+    """``tables NAME KEY --json`` (docs/operations.md has the schema)."""
+    out: dict[str, Any] = {
+        "table": t.name,
+        "key": jsonable(found.key),
+        "partition": found.partition,
+        "found": found.found,
+        "source": (
+            {"worker": found.worker}
+            if found.worker is not None
+            else {"changelog": t.changelog_topic_name, "records_read": found.records_read}
+        ),
+    }
+    if t.window is None:
+        out["value"] = jsonable(found.value)
+    else:
+        out["windows"] = [
+            {"start": start, "end": end, "value": jsonable(value)}
+            for start, end, value in found.value
+        ]
+    return out
 
 
 def format_agents(app: App) -> str:

@@ -80,6 +80,15 @@ class DumpSummary:
 class Dump:
     batches: list[DumpedBatch]
     summary: DumpSummary
+    #: Producer id -> the transactional id its coordinators know it by (ListTransactions
+    #: filtered by producer id): the ids of the transactional batches shown, where known (an
+    #: id that expired, or whose producer id changed since, is not).
+    transactional_ids: dict[int, str] = field(default_factory=dict)
+
+    def transactional_id(self, batch: RecordBatch) -> str | None:
+        if not (batch.is_transactional or batch.is_control):
+            return None
+        return self.transactional_ids.get(batch.producer_id)
 
 
 @dataclass
@@ -149,4 +158,17 @@ async def dump_partition(
             OpenTransaction(producer_id, first.producer_epoch, first.base_offset)
         )
     summary.open_transactions.sort(key=lambda t: t.first_offset)
-    return Dump(dumped, summary)
+    return Dump(dumped, summary, await _transactional_ids(admin, dumped))
+
+
+async def _transactional_ids(admin: OpsAdmin, dumped: list[DumpedBatch]) -> dict[int, str]:
+    """The transactional ids of the producers of the transactional batches shown."""
+    producers = {
+        d.batch.producer_id
+        for d in dumped
+        if (d.batch.is_transactional or d.batch.is_control) and d.batch.producer_id >= 0
+    }
+    if not producers:
+        return {}
+    listings, _unreachable = await admin.list_transactions(producer_ids=producers)
+    return {t.producer_id: t.transactional_id for t in listings if t.producer_id in producers}

@@ -30,8 +30,8 @@ from streams_app.errors import ConfigError, StreamsAppError
 from streams_app.kafka.ops_admin import GroupMember, OpsAdmin
 from streams_app.ops.transactions import TransactionRow, list_transactions
 from streams_app.readback import app_input_topics
-from streams_app.runtime.topology import dead_letter_topic
 from streams_app.state.directory import StateDirectory
+from streams_app.topology.plan import dead_letter_topic
 
 TP = tuple[str, int]
 

@@ -165,6 +165,7 @@ def format_dump(dump: Dump, *, records: bool = False) -> str:
         "RECORDS",
         "PRODUCER",
         "EPOCH",
+        "TRANSACTIONAL ID",
         "SEQUENCE",
         "TRANSACTIONAL",
         "CONTROL",
@@ -186,6 +187,7 @@ def format_dump(dump: Dump, *, records: bool = False) -> str:
                         d.batch.count,
                         d.batch.producer_id,
                         d.batch.producer_epoch,
+                        dump.transactional_id(d.batch) or "-",
                         _sequences(d.batch),
                         "yes" if d.batch.is_transactional else "no",
                         "yes" if d.batch.is_control else "no",
@@ -223,6 +225,11 @@ def format_dump(dump: Dump, *, records: bool = False) -> str:
     if s.blocked:
         holders = ", ".join(
             f"producer {t.producer_id} (epoch {t.producer_epoch}) from offset {t.first_offset}"
+            + (
+                f" [{dump.transactional_ids[t.producer_id]}]"
+                if t.producer_id in dump.transactional_ids
+                else ""
+            )
             for t in s.open_transactions
         )
         lines.append(

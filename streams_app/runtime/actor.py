@@ -20,11 +20,9 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from streams_app.aio import cancel_and_wait, within
-from streams_app.app import names
-from streams_app.app.channel import Channel
-from streams_app.app.context import Event, TopicPartitionView, current_event, current_runtime
 from streams_app.app.stream import SKIP, Processor, Stream
 from streams_app.runtime.scope import current_parkable, in_processing
+from streams_app.topology.contract import Event, TopicPartitionView, current_event, current_runtime
 
 if TYPE_CHECKING:
     from streams_app.app.agent import Agent
@@ -159,12 +157,8 @@ class AgentRunner:
         self.routes: dict[str, dict[str, list[Actor]]] = {}
         self.forwarders: dict[str, list[Forwarder]] = {}
         self._forwarder_keys: set[tuple[str, str]] = set()
-        self.repartition_sources: dict[str, str] = {}  # repartition topic -> source topic
         #: Partition count of each topic, once the topology is planned (isolated_partitions).
         self.partition_counts: dict[str, int] = {}
-        self.channel_names = {c.name for c in app.channels} | {
-            a.channel.name for a in app.agents if isinstance(a.channel, Channel)
-        }
         self.replier: Replier | None = None
         self._round_robin = itertools.count()
 
@@ -214,33 +208,16 @@ class AgentRunner:
         topic: Topic | None = None,
     ) -> Stream:
         agent = actor.agent
-        source = self.app.topics.get(stream.topic) if stream.topic else None
-        if source is None or (
-            isinstance(agent.channel, Channel) and stream.topic == agent.channel.name
-        ):
-            raise RuntimeError("group_by/through need a topic: a channel has no partitions")
-        if topic is not None:
-            target = topic
-        else:
-            label = name or getattr(key, "__name__", None)
-            if not label or label == "<lambda>":
-                raise ValueError("group_by(key) with a lambda needs name=...")
-            topic_name = names.repartition_topic(
-                agent.name, source.name, label, source_has_prefix=source.has_prefix
-            )
-            target = self.app.topics.get(topic_name) or self.app.topic(
-                topic_name,
-                key_serializer=source.key_codec,
-                value_serializer=source.value_codec,
-                partitions=partitions,  # None: the worker's topic_partitions (topology)
-                internal=True,
-            )
+        # The app declares the repartition topic (the same one a trace of the agent declared).
+        target = self.app.declare_repartition(
+            agent, stream.topic, key, name=name, partitions=partitions, topic=topic
+        )
+        source = self.app.topics[stream.topic]
         if (source.name, target.name) not in self._forwarder_keys:
             self._forwarder_keys.add((source.name, target.name))
             self.forwarders.setdefault(source.name, []).append(
                 Forwarder(key, target, source, stream.processors)
             )
-            self.repartition_sources[target.name] = source.name
         # The actor stops receiving the source topic and reads the target topic instead.
         by_agent = self.routes.get(source.name, {})
         actors = by_agent.get(agent.name, [])
@@ -260,9 +237,6 @@ class AgentRunner:
         actors = self.routes.setdefault(topic, {}).setdefault(actor.agent.name, [])
         actors.append(actor)
         actors.sort(key=lambda a: a.index)
-
-    def source_topics(self) -> set[str]:
-        return (set(self.routes) - self.channel_names) | set(self.forwarders)
 
     def actor_lists(self, topic: str) -> list[list[Actor]]:
         """For each agent reading ``topic``, its actors (pick ``[partition % len]``)."""

@@ -19,7 +19,7 @@ member's task offsets to the leader and the standby tasks back; so do we:
   when to probe (a rebalance that moves warmed-up tasks).
 
 Task ids are derived from partition counts alone (topics with the same count form a group,
-numbered in count order, as :mod:`streams_app.runtime.topology` numbers them), so the leader
+numbered in count order, as :mod:`streams_app.topology.plan` numbers them), so the leader
 needs no topic names of its own and every member of one topology agrees on them.
 
 The assignor never touches the commit protocol: it decides who owns what. A member that gets
@@ -40,7 +40,7 @@ from typing import Any
 
 from streams_app.runtime.placement import Client, Lags, PlacementConfig, place, warmups_pending
 from streams_app.runtime.task import TaskId
-from streams_app.runtime.topology import TopologyPlan
+from streams_app.topology.plan import TopologyPlan
 from streams_app.transport.base import MemberAssignment, MemberSubscription, TopicPartition
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,8 @@
 
 A command joins no consumer group and owns no partition. What it sends goes through a plain
 idempotent producer (acks=all), flushed before the command exits; ``agent.ask`` works through
-a reply topic of its own. Tables and channels need a worker and say so.
+a reply topic of its own. It holds no table partition: a table read finds nothing (the
+table's default, as a Faust command that started no worker); channels need a worker.
 """
 
 from __future__ import annotations
@@ -12,16 +13,14 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from streams_app.app.context import MISSING, Event, SendFuture
 from streams_app.runtime.plain_producer import PlainProducer
 from streams_app.runtime.rpc import RpcClient
+from streams_app.topology.contract import MISSING, Event, SendFuture
 from streams_app.transport.base import AdminClient, TopicSpec, Transport
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
-    from streams_app.app.channel import Channel
-    from streams_app.app.table import Table
-    from streams_app.app.topic import Topic
+    from streams_app.topology.contract import ChannelLike, TableLike, TopicLike
 
 
 class ClientRuntime:
@@ -53,22 +52,14 @@ class ClientRuntime:
     @property
     def rpc(self) -> RpcClient:
         if self._rpc is None:
-            conf = self.app.conf
-            self._rpc = RpcClient(
-                self.transport,
-                self.producer,
-                app_id=conf.id,
-                reply_to=conf.reply_to or f"{conf.reply_to_prefix}{RpcClient.new_correlation_id()}",
-                replication_factor=conf.topic_replication_factor,
-                reply_expires=conf.reply_expires,
+            self._rpc = RpcClient.for_app(
+                self.transport, self.producer, self.app.conf, None, self._admin
             )
-            if self._admin is not None:
-                self._rpc.bind_admin(self._admin)
         return self._rpc
 
     async def send(
         self,
-        topic: Topic,
+        topic: TopicLike,
         *,
         key: Any = None,
         value: Any = None,
@@ -77,11 +68,27 @@ class ClientRuntime:
         timestamp: float | None = None,
     ) -> SendFuture:
         raw_key, raw_value = topic.encode(key, value)
+        return await self.send_encoded(
+            topic.name, raw_key, raw_value, headers, partition, timestamp
+        )
+
+    def send_nowait(self, topic: str, *_args: Any) -> None:
+        return None  # the plain producer has no synchronous path: await send_encoded()
+
+    async def send_encoded(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None,
+        partition: int | None,
+        timestamp: float | None,
+    ) -> SendFuture:
         items = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
         future = await self.producer.send(
-            topic.name,
-            key=raw_key,
-            value=raw_value,
+            topic,
+            key=key,
+            value=value,
             partition=partition,
             headers=items or None,
             timestamp_ms=None if timestamp is None else int(timestamp * 1000),
@@ -89,24 +96,24 @@ class ClientRuntime:
         self._pending.append(future)
         return future
 
-    def send_nowait(self, topic: Topic, *_args: Any) -> None:
-        return None  # the plain producer has no synchronous path: await send()
-
-    def send_soon(self, topic: Topic, **options: Any) -> None:
+    def send_soon(self, topic: TopicLike, **options: Any) -> None:
         self._pending.append(asyncio.ensure_future(self.send(topic, **options)))
 
     async def forward(
-        self, topic: Topic, event: Event, *, key: Any = None, partition: int | None = None
+        self, topic: TopicLike, event: Event, *, key: Any = None, partition: int | None = None
     ) -> SendFuture:
         raise RuntimeError("forwarding an event needs a running worker")
 
-    def table_items(self, table: Table) -> Iterator[tuple[Any, Any]]:
+    def table_items(self, table: TableLike) -> Iterator[tuple[Any, Any]]:
         return iter(())
 
-    def global_lookup(self, table: Table, key: Any) -> Any:
+    def table_lookup(self, table: TableLike, key: Any) -> Any:
+        return MISSING  # a command holds no partition: reads see the table's default
+
+    def global_lookup(self, table: TableLike, key: Any) -> Any:
         return MISSING
 
-    async def declare(self, topic: Topic) -> None:
+    async def declare(self, topic: TopicLike) -> None:
         assert self._admin is not None
         if topic.name in await self._admin.partition_counts([topic.name]):
             return
@@ -124,7 +131,7 @@ class ClientRuntime:
 
     async def ask(
         self,
-        topic: Topic,
+        topic: TopicLike,
         *,
         key: Any = None,
         value: Any = None,
@@ -147,7 +154,7 @@ class ClientRuntime:
             reply_to=reply_to,
         )
 
-    async def channel_send(self, channel: Channel, **options: Any) -> None:
+    async def channel_send(self, channel: ChannelLike, **options: Any) -> None:
         raise RuntimeError("channels are in-process: send to a channel from a worker")
 
     @property
@@ -164,7 +171,7 @@ class ClientRuntime:
     def is_leader(self) -> bool:
         return False
 
-    def topic(self, name: str) -> Topic:
+    def topic(self, name: str) -> TopicLike:
         return self.app.topic(name)
 
     def wall_time(self) -> float:

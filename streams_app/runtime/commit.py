@@ -61,6 +61,9 @@ partition alone, in a transaction of its own; dead-letter it; or stop: see
 :mod:`streams_app.runtime.errors_policy`). When the failure means this worker
 lost its partitions (fenced producer, stale generation), :meth:`Committer.task_migrated`
 additionally closes every task and recreates the producer, and the worker rejoins the group.
+So does a failure *of* step 4 (EndTxn sent, then no definite answer; or a transaction the
+coordinator timed out): the transaction may have committed all the same, and only the broker
+knows, so the worker reads its committed offsets again instead of rewinding to its own.
 
 At-least-once uses steps 1, 2 and 5 and then a plain offset commit (after the outputs are
 acknowledged: duplicates possible, loss not). At-most-once commits offsets right after fetching,
@@ -74,7 +77,6 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-from streams_app.app.context import SendFuture
 from streams_app.runtime.clock import Clock
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.task import Task
@@ -82,18 +84,31 @@ from streams_app.runtime.task_manager import TaskManager
 from streams_app.settings import AT_LEAST_ONCE, AT_MOST_ONCE, EXACTLY_ONCE_V2
 from streams_app.state.base import PartitionTransaction
 from streams_app.state.budget import UncommittedWrites
+from streams_app.topology.contract import SendFuture
 from streams_app.transport.base import ConsumerClient, GroupMetadata, TopicPartition
 from streams_app.transport.errors import (
     CommitFailedError,
+    CommitOutcomeUnknownError,
     FatalProducerError,
     ProducerFencedError,
     SendFailedError,
+    TransactionTimedOutError,
 )
 
 log = logging.getLogger(__name__)
 
 #: Errors after which this worker must assume it no longer owns its tasks.
-MIGRATED = (ProducerFencedError, CommitFailedError)
+#: A commit whose outcome is unknown counts too (EndTxn sent, then no definite answer), and so
+#: does a transaction the coordinator timed out (its EndTxn may have been accepted before the
+#: broker went away, and completed when it came back): whether it committed is known only to
+#: the broker. The worker re-reads its committed offsets and restores its changelog tails, as
+#: after a fencing; rewinding to the offsets it holds would process committed records again.
+MIGRATED = (
+    ProducerFencedError,
+    CommitFailedError,
+    TransactionTimedOutError,
+    CommitOutcomeUnknownError,
+)
 #: Errors after which the producer must not be reused (sequence gaps, fatal state).
 PRODUCER_BROKEN = (ProducerFencedError, FatalProducerError, SendFailedError)
 
@@ -338,10 +353,17 @@ class Committer:
 
     async def task_migrated(self, cause: BaseException) -> None:
         """This worker lost (some of) its tasks: drop them all, rejoin with a fresh producer."""
-        log.warning(
-            "tasks migrated (%s): closing all tasks, recreating the producer, rejoining",
-            type(cause).__name__,
-        )
+        if isinstance(cause, (TransactionTimedOutError, CommitOutcomeUnknownError)):
+            log.warning(
+                "%s: whether it committed is known only to the broker; closing all tasks, "
+                "recreating the producer, rejoining (the committed offsets are read again)",
+                cause,
+            )
+        else:
+            log.warning(
+                "tasks migrated (%s): closing all tasks, recreating the producer, rejoining",
+                type(cause).__name__,
+            )
         self._clear_inboxes()
         self.tasks.close_all()
         self.group = None

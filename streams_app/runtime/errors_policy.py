@@ -36,9 +36,9 @@ import enum
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from streams_app.app.context import Event
 from streams_app.errors import RecordError, TopologyError
 from streams_app.settings import AT_MOST_ONCE, Settings
+from streams_app.topology.contract import Event
 from streams_app.transport.base import TopicPartition
 
 #: Dead-letter record headers (values are UTF-8).

@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streams_app.aio import cancel_and_wait
-from streams_app.app.context import MISSING
 from streams_app.state.base import Store
 from streams_app.state.restore import restore_partitions
+from streams_app.topology.contract import MISSING
 from streams_app.transport.base import (
     AdminClient,
     ConsumerClient,
@@ -31,7 +31,7 @@ from streams_app.transport.base import (
 )
 
 if TYPE_CHECKING:
-    from streams_app.app.table import Table
+    from streams_app.topology.contract import TableLike
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 class GlobalTables:
     def __init__(
         self,
-        tables: list[Table],
+        tables: Sequence[TableLike],
         stores: dict[str, Store],
         changelogs: dict[str, str],
         partitions: dict[str, int],
@@ -123,7 +123,7 @@ class GlobalTables:
                     part.write(writes, last)
                     self.applied += len(writes)
 
-    def lookup(self, table: Table, key: Any) -> Any:
+    def lookup(self, table: TableLike, key: Any) -> Any:
         raw_key = table.key_codec.dumps(key)
         store = self.stores[table.name]
         for partition in range(self.partitions[table.name]):

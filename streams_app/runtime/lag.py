@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from streams_app.runtime.task import Task
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.transport.base import ConsumerClient, TopicPartition
 
@@ -65,3 +66,20 @@ def running_lag(tasks: TaskManager, consumer: ConsumerClient) -> tuple[int, int]
         total += lag
         count += 1
     return total, count
+
+
+def input_waiting(task: Task, consumer: ConsumerClient) -> bool:
+    """The task has something to commit, or records on the broker past its committed offset
+    (as of the last fetch: the last stable offset, else the high watermark)."""
+    if task.has_uncommitted:
+        return True
+    for tp in task.partitions:
+        committed = task.committed.get(tp)
+        if committed is None:
+            return True
+        end = consumer.last_stable_offset(tp)
+        if end is None:
+            end = consumer.highwater(tp)
+        if end is not None and end > committed:
+            return True
+    return False

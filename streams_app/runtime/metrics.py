@@ -14,6 +14,7 @@ Everything here is single-threaded (the worker's event loop), so no locks.
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -125,6 +126,17 @@ class WorkerMetrics:
     restored_records: dict[str, int] = field(default_factory=dict)
     #: Changelog partitions being restored now.
     restoring: dict[TopicPartition, RestoreState] = field(default_factory=dict)
+    #: ``time.monotonic()`` of the last sign of progress: a commit point reached (committing
+    #: something or finding nothing to commit) or a restore finished. Stalls count from here.
+    progress_at: float = field(default_factory=time.monotonic)
+    #: Task id -> ``time.monotonic()`` of the last commit that carried its progress.
+    committed_at: dict[str, float] = field(default_factory=dict)
+
+    def commit_point(self) -> None:
+        self.progress_at = time.monotonic()
+
+    def task_committed(self, task: str) -> None:
+        self.committed_at[task] = time.monotonic()
 
     def count_in(self, topic: str, records: int) -> None:
         self.records_in[topic] = self.records_in.get(topic, 0) + records
@@ -150,3 +162,4 @@ class WorkerMetrics:
 
     def restore_finished(self) -> None:
         self.restoring.clear()
+        self.progress_at = time.monotonic()

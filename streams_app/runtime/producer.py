@@ -39,31 +39,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from streams_app.aio import cancel_and_wait
-from streams_app.app.context import SendFuture
 from streams_app.runtime.clock import Cancellable, Clock, SystemClock
 from streams_app.runtime.metrics import ProducerStats
-from streams_app.runtime.scope import current_parkable, in_processing
+from streams_app.runtime.reconnect import Reconnect
+from streams_app.runtime.send_futures import HeldSend, OpenBatch, RecordFuture
+from streams_app.topology.contract import SendFuture
 from streams_app.transport.base import (
-    AppendedRecord,
     BatchingProducerClient,
     DirectBatchingProducerClient,
     GroupMetadata,
     ProducerClient,
     ProducerConfig,
-    RawAppend,
-    RecordBatch,
     RecordMetadataLike,
     TopicPartition,
     Transport,
 )
 from streams_app.transport.errors import (
+    CommitOutcomeUnknownError,
+    ProducerFencedError,
     RecordRejectedError,
     SendFailedError,
+    TransactionTimedOutError,
     TransportError,
     is_record_rejected,
 )
@@ -74,228 +76,21 @@ log = logging.getLogger(__name__)
 _NO_HEADERS: list[tuple[str, bytes]] = []
 
 
-class SentRecord:
-    """Where a record sent through a batch landed (what its send future resolves to)."""
-
-    __slots__ = ("offset", "partition", "timestamp", "topic")
-
-    def __init__(self, topic: str, partition: int, offset: int, timestamp: int) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.timestamp = timestamp
-
-    def __repr__(self) -> str:
-        return f"SentRecord({self.topic!r}, {self.partition}, offset={self.offset})"
-
-
-class _Batch:
-    """An open batch for one partition, and the one future all its records share."""
-
-    __slots__ = ("append", "builder", "count", "direct", "future", "partition", "topic")
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        builder: RecordBatch,
-        loop: asyncio.AbstractEventLoop,
-        raw: RawAppend | None = None,
-    ) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.builder = builder
-        #: Appends a record: (its number in the batch, timestamp, key, value, headers) -> where
-        #: it landed, None when full. The builder's own C appender where the transport offers
-        #: it (``raw_append``: the records are numbered by ``count``, and the transport is told
-        #: how many there were when the batch is sealed), else ``builder.append``.
-        self.direct = raw is not None
-        self.append: RawAppend = raw if raw is not None else _numbered(builder)
-        self.count = 0
-        #: Settles with the batch: the first record's metadata (None under acks=0).
-        self.future: asyncio.Future[RecordMetadataLike | None] = loop.create_future()
-
-    def settle(self, sent: asyncio.Future[RecordMetadataLike]) -> None:
-        """The client's future for this batch is done: pass its outcome on."""
-        if self.future.done():
-            return
-        if sent.cancelled():
-            self.future.cancel()
-        elif (exc := sent.exception()) is not None:
-            self.fail(exc)
-        else:
-            self.future.set_result(sent.result())
-
-    def fail(self, exc: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(exc)
-            self.future.exception()  # retrieved: the send gate reports it, not the GC
-
-
-def _numbered(builder: RecordBatch) -> RawAppend:
-    """``builder.append`` in the direct appender's shape (the record's number is the builder's
-    business there)."""
-    append = builder.append
-
-    def numbered(
-        _n: int,
-        timestamp: int | None,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[tuple[str, bytes]],
-    ) -> AppendedRecord | None:
-        return append(timestamp=timestamp, key=key, value=value, headers=headers)
-
-    return numbered
-
-
-class RecordFuture:
-    """The outcome of one record sent through a batch.
-
-    Awaitable and inspectable like an ``asyncio.Future``, but it needs no future (and no
-    resolution) of its own: its batch has one, and the record's metadata is computed from it
-    only when asked for. A record then costs two attribute stores instead of a future created
-    and resolved for every record, even though nobody ever looks at almost all of them.
-    """
-
-    __slots__ = ("_appended", "_batch")
-
-    def __init__(self, batch: _Batch, appended: AppendedRecord) -> None:
-        self._batch = batch
-        self._appended = appended
-
-    def done(self) -> bool:
-        return self._batch.future.done()
-
-    def cancelled(self) -> bool:
-        return self._batch.future.cancelled()
-
-    def exception(self) -> BaseException | None:
-        return self._batch.future.exception()
-
-    def result(self) -> RecordMetadataLike:
-        first = self._batch.future.result()
-        if first is None:  # acks=0: the broker reports no offsets
-            return None  # type: ignore[return-value]
-        appended = self._appended
-        log_time = getattr(first, "timestamp", -1)
-        return SentRecord(
-            self._batch.topic,
-            self._batch.partition,
-            first.offset + appended.offset,
-            appended.timestamp if log_time == -1 else log_time,
-        )
-
-    def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
-        self._batch.future.add_done_callback(lambda _: fn(self))
-
-    def __await__(self) -> Generator[Any, None, RecordMetadataLike]:
-        yield from asyncio.shield(self._batch.future).__await__()
-        return self.result()
-
-    def __repr__(self) -> str:
-        state = "pending" if not self.done() else "done"
-        return f"<RecordFuture {self._batch.topic}[{self._batch.partition}] {state}>"
-
-
-class HeldSend:
-    """A send made while the previous transaction's commit was in flight.
-
-    It becomes the real send when :meth:`StreamsProducer.release` hands the record to the next
-    transaction, and is cancelled if the records that sent it are undone (the commit or the
-    processing failed). No future exists until someone waits on it or adds a callback: almost
-    nobody does, and a worker holds hundreds of these per commit.
-    """
-
-    __slots__ = ("_dropped", "_sent", "_waiter")
-
-    def __init__(self) -> None:
-        self._sent: SendFuture | None = None
-        self._waiter: asyncio.Future[RecordMetadataLike] | None = None
-        self._dropped = False
-
-    def _release(self, sent: SendFuture) -> None:
-        self._sent = sent
-        if self._waiter is not None:
-            _chain(sent, self._waiter)
-
-    def _drop(self) -> None:
-        self._dropped = True
-        if self._waiter is not None:
-            self._waiter.cancel()
-
-    def done(self) -> bool:
-        return self._dropped or (self._sent is not None and self._sent.done())
-
-    def cancelled(self) -> bool:
-        return self._dropped or (self._sent is not None and self._sent.cancelled())
-
-    def exception(self) -> BaseException | None:
-        return self._outcome().exception()
-
-    def result(self) -> RecordMetadataLike:
-        return self._outcome().result()
-
-    def _outcome(self) -> SendFuture:
-        if self._dropped:
-            raise asyncio.CancelledError("the send was undone with the records that made it")
-        if self._sent is None:
-            raise asyncio.InvalidStateError("the send is held until the commit in flight ends")
-        return self._sent
-
-    def _wait(self) -> asyncio.Future[RecordMetadataLike]:
-        if self._waiter is None:
-            self._waiter = asyncio.get_running_loop().create_future()
-            if self._dropped:
-                self._waiter.cancel()
-            elif self._sent is not None:
-                _chain(self._sent, self._waiter)
-        return self._waiter
-
-    def add_done_callback(self, fn: Callable[[HeldSend], object]) -> None:
-        self._wait().add_done_callback(lambda _: fn(self))
-
-    def __await__(self) -> Generator[Any, None, RecordMetadataLike]:
-        return self._delivered().__await__()
-
-    async def _delivered(self) -> RecordMetadataLike:
-        waiter = self._wait()
-        if self._sent is not None or self._dropped:
-            return await asyncio.shield(waiter)
-        # Still held: the commit in flight must end before this can resolve, and the worker
-        # waits for its agents to settle before it goes on. Parked, the agent counts as
-        # settled (as while it waits for an RPC reply), so the commit is not waited for.
-        parkable = current_parkable.get() if in_processing.get() else None
-        if parkable is not None:
-            parkable.park()
-        try:
-            return await asyncio.shield(waiter)
-        finally:
-            if parkable is not None:
-                parkable.unpark()
-
-
-def _chain(sent: SendFuture, waiter: asyncio.Future[RecordMetadataLike]) -> None:
-    def copy(_: object) -> None:
-        if waiter.done():
-            return
-        if sent.cancelled():
-            waiter.cancel()
-        elif (error := sent.exception()) is not None:
-            waiter.set_exception(error)
-        else:
-            waiter.set_result(sent.result())
-
-    sent.add_done_callback(copy)  # type: ignore[attr-defined]
-
-
 class StreamsProducer:
     def __init__(
-        self, transport: Transport, config: ProducerConfig, clock: Clock | None = None
+        self,
+        transport: Transport,
+        config: ProducerConfig,
+        clock: Clock | None = None,
+        reconnect: Reconnect | None = None,
     ) -> None:
         self._transport = transport
         self._config = config
         self._clock: Clock = clock or SystemClock()
+        #: Restarts after a failure wait out an outage instead of failing (runtime/reconnect.py).
+        self._reconnect = reconnect
+        #: ``time.monotonic()`` when the open transaction began (None: none open).
+        self._began: float | None = None
         self._client: ProducerClient | None = None
         self._eos = config.transactional_id is not None
         self._in_transaction = False
@@ -305,10 +100,10 @@ class StreamsProducer:
         # The batch path (see the module doc); _batcher is None with transports that lack it.
         self._batcher: BatchingProducerClient | None = None
         self._direct: DirectBatchingProducerClient | None = None
-        self._open: dict[tuple[str, int], _Batch] = {}
-        self._queue: deque[_Batch] = deque()
+        self._open: dict[tuple[str, int], OpenBatch] = {}
+        self._queue: deque[OpenBatch] = deque()
         self._shipper: asyncio.Task[None] | None = None
-        self._shipping: _Batch | None = None
+        self._shipping: OpenBatch | None = None
         self._ship_errors: list[BaseException] = []
         self._linger_handle: Cancellable | None = None
         self._linger_s = max(0.0, config.linger_ms / 1000)
@@ -332,6 +127,11 @@ class StreamsProducer:
     @property
     def transactional_id(self) -> str | None:
         return self._config.transactional_id
+
+    @property
+    def max_request_size(self) -> int:
+        """The largest record (with its batch) the producer sends (``max_request_size``)."""
+        return self._config.max_request_size
 
     @property
     def in_transaction(self) -> bool:
@@ -375,15 +175,20 @@ class StreamsProducer:
         self._batcher = self._direct = None
         self._clear_pending()
         self._in_transaction = False
+        self._began = None
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.stop()
 
     async def recreate(self) -> None:
-        """Throw the producer away and start a new one (fencing the old epoch)."""
+        """Throw the producer away and start a new one (fencing the old epoch). During an
+        outage the new one waits for the cluster (with ``reconnect``) rather than fail."""
         await self.stop()
         self.recreated += 1
-        await self.start()
+        if self._reconnect is None:
+            await self.start()
+        else:
+            await self._reconnect.start("the producer", self.start)
 
     def hold(self) -> None:
         """From now until :meth:`release`, sends are kept back from the transaction in flight."""
@@ -441,6 +246,7 @@ class StreamsProducer:
             if not self._in_transaction:
                 await self.client.begin_transaction()
                 self._in_transaction = True
+                self._began = time.monotonic()
 
     def send_nowait(
         self,
@@ -573,12 +379,12 @@ class StreamsProducer:
         batch.count += 1
         return RecordFuture(batch, appended)
 
-    def _open_batch(self, topic: str, partition: int) -> _Batch:
+    def _open_batch(self, topic: str, partition: int) -> OpenBatch:
         assert self._batcher is not None
         loop = asyncio.get_running_loop()
         builder = self._batcher.create_batch()
         direct = self._direct
-        batch = self._open[(topic, partition)] = _Batch(
+        batch = self._open[(topic, partition)] = OpenBatch(
             topic,
             partition,
             builder,
@@ -610,7 +416,7 @@ class StreamsProducer:
                 self._enqueue(batch)
             self._open.clear()
 
-    def _enqueue(self, batch: _Batch) -> None:
+    def _enqueue(self, batch: OpenBatch) -> None:
         if batch.direct:
             assert self._direct is not None
             self._direct.seal_batch(batch.builder, batch.count)
@@ -724,14 +530,47 @@ class StreamsProducer:
             if not offsets:
                 return
             await self.maybe_begin()
-        await self.flush_and_check()
-        if offsets:
-            if group is None:
-                raise TransportError("exactly-once commit without consumer group metadata")
-            await self.client.send_offsets_to_transaction(offsets, group, metadata)
-        await self.client.commit_transaction()
+        try:
+            await self.flush_and_check()
+            if offsets:
+                if group is None:
+                    raise TransportError("exactly-once commit without consumer group metadata")
+                await self.client.send_offsets_to_transaction(offsets, group, metadata)
+            await self._end_transaction()
+        except ProducerFencedError as exc:
+            timed_out = self._timed_out(exc)
+            if timed_out is None:
+                raise
+            raise timed_out from exc
         self._in_transaction = False
+        self._began = None
         self.transactions_committed += 1
+
+    async def _end_transaction(self) -> None:
+        """EndTxn(commit). Once it is sent, a failure other than a fencing leaves the outcome
+        unknown (:class:`CommitOutcomeUnknownError`): never a plain abort and rewind."""
+        try:
+            await self.client.commit_transaction()
+        except ProducerFencedError:
+            raise
+        except Exception as exc:
+            raise CommitOutcomeUnknownError(
+                f"the commit's outcome is unknown ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    def _timed_out(self, fenced: ProducerFencedError) -> TransactionTimedOutError | None:
+        """The transaction timeout, when it explains a fencing: the transaction had been open
+        longer than ``transaction_timeout`` (the coordinator started its clock after we began
+        it, so it cannot have been open longer there). Else None: a newer producer took the id.
+        """
+        began, timeout = self._began, self._config.transaction_timeout_ms / 1000
+        if began is None or time.monotonic() - began < timeout:
+            return None
+        return TransactionTimedOutError(
+            f"transaction timed out: open for {time.monotonic() - began:.1f}s, longer than "
+            f"transaction_timeout ({timeout:g}s), so the coordinator aborted it (a commit or "
+            "an agent's await took that long: see processing_timeout, or the broker was away)"
+        )
 
     async def abort(self) -> None:
         """Abort the open transaction; if the producer cannot, replace it (which aborts too)."""
@@ -740,6 +579,7 @@ class StreamsProducer:
         self._clear_pending()
         if not self.exactly_once or not self._in_transaction:
             return
+        self._began = None
         try:
             await self.client.abort_transaction()
             self._in_transaction = False

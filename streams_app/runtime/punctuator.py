@@ -19,8 +19,8 @@ that moved stream time:
    fires at most once per batch. After a restart the first due time follows the committed
    stream time, so a firing that was committed is never repeated.
 
-Callbacks and timers run with :data:`~streams_app.app.context.current_task` set to the task, so
-the tables they touch are that task's partitions.
+Callbacks and timers run with :data:`~streams_app.topology.contract.current_task` set to the
+task, so the tables they touch are that task's partitions.
 """
 
 from __future__ import annotations
@@ -33,17 +33,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streams_app.app.background import STREAM_TIME, Timer, call
-from streams_app.app.context import current_task
 from streams_app.app.windows import WindowRange
 from streams_app.errors import LateRecord
 from streams_app.runtime.scope import in_processing
 from streams_app.runtime.task import Task
+from streams_app.topology.contract import current_task
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
-    from streams_app.app.context import Event
+    from streams_app.app.table import Table
     from streams_app.app.topic import Topic
+    from streams_app.app.windowed import WindowedTableState
     from streams_app.state.windowed import WindowKey
+    from streams_app.topology.contract import Event
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +104,10 @@ class Punctuator:
         self.late_records = 0
         #: Windowed table -> records late for every window they belong to (dropped).
         self.late_by_table: Counter[str] = Counter()
-        #: Windowed table -> updates skipped because that window had closed (a record late
-        #: for some of its windows only; Kafka Streams counts these as dropped records too).
-        self.skipped_by_table: Counter[str] = Counter()
+        #: Windowed table -> window updates dropped because that window had closed: Kafka
+        #: Streams' dropped-records-total (per window a record skipped, whether it was late for
+        #: some of its windows or all of them; once for a late sliding or session record).
+        self.dropped_by_table: Counter[str] = Counter()
         self.late_dead_lettered = 0
         self.windows_emitted = 0
         self.windows_expired = 0
@@ -139,13 +142,12 @@ class Punctuator:
 
     async def _late(self, task: Task) -> None:
         late, task.late = task.late, []
-        for event, table in late:
+        for event, late_for, observed in late:
+            table: Table = late_for  # type: ignore[assignment]  # the app's windowed tables
             self.late_records += 1
             self.late_by_table[table.name] += 1
             if table.late_records != "dlq":
                 continue
-            state = task.windowed_states.get(table.name)
-            observed = state.observed if state is not None else -1
             error = LateRecord(
                 f"late for windowed table {table.name!r}: timestamp {event.timestamp} ms, its "
                 f"windows closed (observed stream time {observed} ms, grace "
@@ -155,10 +157,12 @@ class Punctuator:
             self.late_dead_lettered += 1
 
     async def _windows(self, task: Task) -> None:
-        for state in list(task.windowed_states.values()):
+        # The app's windowed table states (the contract types them as their observed time).
+        states: list[WindowedTableState] = list(task.windowed_states.values())  # type: ignore[arg-type]
+        for state in states:
             table = state.table
             if state.skipped_windows:
-                self.skipped_by_table[table.name] += state.skipped_windows
+                self.dropped_by_table[table.name] += state.skipped_windows
                 state.skipped_windows = 0
             topic: Topic | None = table.emit_final_topic
             callback = table.on_window_close

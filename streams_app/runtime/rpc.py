@@ -34,7 +34,7 @@ import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streams_app.aio import cancel_and_wait
 from streams_app.codecs import _reconstruct, json_dumps, json_loads
@@ -47,6 +47,9 @@ from streams_app.transport.base import (
     TopicSpec,
     Transport,
 )
+
+if TYPE_CHECKING:
+    from streams_app.app.faust_settings import AppSettings
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +143,31 @@ class RpcClient:
         self._sent: OrderedDict[str, None] = OrderedDict()
         self.requests_sent = 0
         self.replies_received = 0
+
+    @classmethod
+    def for_app(
+        cls,
+        transport: Transport,
+        producer: PlainProducer,
+        conf: AppSettings,
+        process_id: str | None,
+        admin: AdminClient | None,
+    ) -> RpcClient:
+        """The RPC client of a worker or an app command: its reply topic is ``reply_to`` if
+        set, else one of its own (named after ``process_id``, or a fresh id), created through
+        ``admin`` when given."""
+        process = process_id or cls.new_correlation_id()
+        client = cls(
+            transport,
+            producer,
+            app_id=conf.id,
+            reply_to=conf.reply_to or f"{conf.reply_to_prefix}{process}",
+            replication_factor=conf.topic_replication_factor,
+            reply_expires=conf.reply_expires,
+        )
+        if admin is not None:
+            client.bind_admin(admin)
+        return client
 
     def bind_admin(self, admin: AdminClient) -> None:
         self._admin = admin

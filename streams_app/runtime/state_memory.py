@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import resource
 
-from streams_app.runtime.topology import TopologyPlan
 from streams_app.settings import Settings
 from streams_app.state.rocksdb import RocksDBOptions, descriptors_needed
+from streams_app.topology.plan import TopologyPlan
 
 log = logging.getLogger(__name__)
 

@@ -42,6 +42,9 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+# Stages are the planner's now; the name stays importable from here.
+from streams_app.topology.plan import topic_stages as topic_stages
+
 log = logging.getLogger(__name__)
 
 UNKNOWN = -1
@@ -91,20 +94,3 @@ def decode_metadata(text: str | None) -> PartitionMetadata:
     return PartitionMetadata(
         partition_time, tables, committer if isinstance(committer, str) and committer else None
     )
-
-
-def topic_stages(inputs: list[str], repartition_sources: Mapping[str, str]) -> dict[str, int]:
-    """0 for the topics the app reads; a ``group_by`` topic is one more than its source."""
-    stages: dict[str, int] = {}
-
-    def stage(topic: str, seen: frozenset[str] = frozenset()) -> int:
-        if topic in stages:
-            return stages[topic]
-        source = repartition_sources.get(topic)
-        value = 0 if source is None or source in seen else stage(source, seen | {topic}) + 1
-        stages[topic] = value
-        return value
-
-    for topic in inputs:
-        stage(topic)
-    return stages

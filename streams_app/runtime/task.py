@@ -19,9 +19,7 @@ from streams_app.state.cache import ReadCache
 from streams_app.transport.base import TopicPartition
 
 if TYPE_CHECKING:
-    from streams_app.app.context import Event, SendFuture
-    from streams_app.app.table import Table
-    from streams_app.app.windowed import WindowedTableState
+    from streams_app.topology.contract import Event, SendFuture, TableLike, WindowedState
 
 #: Makes the PartitionGroup of a stage's partitions (the worker knows the settings and lag).
 GroupFactory = Callable[[list[TopicPartition]], PartitionGroup]
@@ -108,16 +106,17 @@ class Task:
         #: Windowed table -> observed stream time as of the last commit.
         self.committed_table_times: dict[str, int] = {}
         #: Windowed table -> its windows in this task (rebuilt after every abort).
-        self.windowed_states: dict[str, WindowedTableState] = {}
-        #: Records late for a windowed table since the last batch ended: (event, table).
-        self.late: list[tuple[Event, Table]] = []
+        self.windowed_states: dict[str, WindowedState] = {}
+        #: Records late for a windowed table since the last batch ended: (event, table, the
+        #: table's observed stream time when it was judged late).
+        self.late: list[tuple[Event, TableLike, int]] = []
         #: Stream-time timer -> the stream time at which it fires next (ms).
         self.timer_due: dict[str, int] = {}
         self.stages: Mapping[str, int] = stages or {}
         self._group_factory = group_factory
         self._groups: dict[TopicPartition, PartitionGroup | None] | None = None
 
-    # -- what tables and timers see (app.context.TaskScope) -------------------------------
+    # -- what tables and timers see (topology.contract.TaskScope) -------------------------
 
     @property
     def partition(self) -> int:
@@ -127,7 +126,7 @@ class Task:
     def stream_time(self) -> int:
         return max(self.partition_times.values(), default=UNKNOWN)
 
-    def windowed(self, table: Table) -> WindowedTableState:
+    def windowed(self, table: TableLike) -> WindowedState:
         state = self.windowed_states.get(table.name)
         if state is None:
             tx = self.tables.get(table.name)
@@ -137,10 +136,11 @@ class Task:
             state = self.windowed_states[table.name] = table.open_windowed(tx, observed)
         return state
 
-    def record_late(self, event: Event, table: Table) -> None:
+    def record_late(self, event: Event, table: TableLike) -> None:
         late = self.late
         if not late or late[-1][0] is not event or late[-1][1] is not table:
-            late.append((event, table))
+            state = self.windowed_states.get(table.name)
+            late.append((event, table, state.observed if state is not None else UNKNOWN))
 
     # -- stream time ----------------------------------------------------------------------
 
@@ -191,7 +191,7 @@ class Task:
         group = self.group_for(tp) if self._groups is not None else None
         return group is not None and group.has_buffered(tp)
 
-    def open_table(self, table: Table) -> PartitionTransaction:
+    def open_table(self, table: TableLike) -> PartitionTransaction:
         """The task's pending-writes view of ``table``; checks co-partitioning on first use."""
         if table.partitions is not None and table.partitions != self.partition_count:
             raise TopologyError(

@@ -15,13 +15,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from streams_app.errors import ChangelogBehindStore
 from streams_app.runtime.progress import RestoreProgress
 from streams_app.runtime.standby import StandbyTask
 from streams_app.runtime.task import RESTORING, RUNNING, GroupFactory, Task, TaskId
-from streams_app.runtime.topology import TopologyPlan
 from streams_app.state.base import PartitionTransaction, Store, StorePartition
 from streams_app.state.cache import ReadCache
+from streams_app.state.errors import ChangelogBeyondEnd
 from streams_app.state.restore import RestoreResult, restore_partitions
+from streams_app.topology.plan import TopologyPlan
 from streams_app.transport.base import AdminClient, ConsumerClient, TopicPartition
 
 
@@ -39,7 +41,9 @@ class TaskManager:
         self.group_factory = group_factory
         self.tasks: dict[TaskId, Task] = {}
         self.by_tp: dict[TopicPartition, Task] = {}
-        self.restores: list[RestoreResult] = []
+        #: The latest restore of each changelog partition (one entry per partition, however
+        #: many rebalances: /assignment shows it, and a long-running worker does not grow it).
+        self.restores: dict[TopicPartition, RestoreResult] = {}
         #: This worker's standby tasks (and warm-ups), as of the last assignment.
         self.standbys: dict[TaskId, StandbyTask] = {}
         #: Reports restores (log lines or a progress bar, metrics); set by the worker.
@@ -107,6 +111,16 @@ class TaskManager:
             )
         return out
 
+    def _behind(self, exc: ChangelogBeyondEnd) -> ChangelogBehindStore:
+        """The first table concerned, named with its partitions (state/restore.py)."""
+        tables = {topic: table for table, topic in self.plan.changelog_topics.items()}
+        topic = min(t for t, _ in exc.partitions)
+        return ChangelogBehindStore(
+            tables.get(topic, topic),
+            topic,
+            {p: offsets for (t, p), offsets in exc.partitions.items() if t == topic},
+        )
+
     def stateful(self, task_id: TaskId) -> bool:
         return bool(self.plan.tables_by_group.get(task_id.group))
 
@@ -168,10 +182,12 @@ class TaskManager:
                     partitions, consumer, admin, stall_timeout=timeout, on_progress=progress
                 )
                 ok = True
+            except ChangelogBeyondEnd as exc:
+                raise self._behind(exc) from None
             finally:
                 if progress is not None:
                     progress.end(ok)
             # restore_partitions logged each partition; the progress, the whole restore.
-            self.restores.extend(results.values())
+            self.restores.update((r.changelog, r) for r in results.values())
         for task in tasks:
             task.state = RUNNING

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from streams_app.aio import cancel_and_wait
 from streams_app.app import background
-from streams_app.app.context import TaskScope, current_task
 from streams_app.runtime.clock import Clock
 from streams_app.runtime.scope import current_parkable, in_processing
+from streams_app.topology.contract import TaskScope, current_task
 
 if TYPE_CHECKING:
     from streams_app.app.app import App

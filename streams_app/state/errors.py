@@ -38,3 +38,20 @@ class RestoreStalledError(StreamsAppError):
             "transaction.timeout.ms. If it persists, list open transactions with "
             "`kafka-transactions.sh --bootstrap-server ... list` and abort the hanging one."
         )
+
+
+class ChangelogBeyondEnd(StreamsAppError):
+    """Store partitions whose changelog offset lies beyond their changelog's end: the changelog
+    was deleted and recreated under them (the runtime names the table:
+    :class:`~streams_app.errors.ChangelogBehindStore`)."""
+
+    def __init__(self, partitions: dict[tuple[str, int], tuple[int, int]]) -> None:
+        #: (changelog topic, partition) -> (stored offset, end offset).
+        self.partitions = partitions
+        super().__init__(
+            "store partitions beyond their changelog's end: "
+            + ", ".join(
+                f"{t}[{p}] at {stored}, end {end}"
+                for (t, p), (stored, end) in sorted(partitions.items())
+            )
+        )

@@ -6,9 +6,14 @@ the changelog's beginning offset and high watermark):
 - ``stored is None``: the partition never saw the changelog: read ``[begin, end)``;
 - ``begin <= stored <= end``: the store already holds everything before ``stored``: read only
   the tail ``[stored, end)`` (nothing at all when ``stored == end``);
-- ``stored > end`` (the changelog was deleted and recreated) or ``stored < begin`` (retention
-  removed records the store never saw): the state cannot be trusted: wipe it, read ``[begin,
-  end)``.
+- ``stored > end``: the changelog was deleted (and recreated) under the store, which may hold
+  the only copy of the table: restore refuses (:class:`ChangelogBeyondEnd`), and the worker
+  stops naming the table and both offsets, for an operator to re-seed the changelog from the
+  store or wipe the store (``streams-app -A app changelog reseed|wipe``). Kafka Streams wipes
+  and restores here, losing the table silently (issue 35, item 5). A standby's copy is wiped
+  (``refuse=False``): the active task's store is the one that counts;
+- ``stored < begin`` (retention removed records the store never saw): the state cannot be
+  trusted: wipe it, read ``[begin, end)``.
 
 The end is the high watermark (read_uncommitted ListOffsets), not the last stable offset, as in
 Kafka Streams since KAFKA-10167: restore is complete only once every transaction that wrote to
@@ -18,7 +23,23 @@ commit/abort markers are skipped, and its position steps over them, so a partiti
 holds only markers still reaches the end.
 
 Each fetched batch of a partition is applied with one ``StorePartition.write(batch, next
-offset)``: data and offset move together, so a crash mid-restore resumes where it stopped.
+offset)``: data and offset move together. A RocksDB partition keeps recent writes in memory for
+up to a second or two before they reach the database (write-behind, ``state.rocksdb``), so that
+the data and offset a kill would lose are bounded, restore *checkpoints* each partition
+(:meth:`StorePartition.checkpoint`) every ``CHECKPOINT_RECORDS`` records and
+``CHECKPOINT_SECONDS``, when it finishes, and when it stops on an error: a restore killed
+part-way resumes from its last checkpoint, not from the beginning (before, a restore killed
+within its first second started again from offset 0, and one killed soon after it finished
+restored its whole last stretch again).
+
+Why resuming is exactly right: a checkpoint writes, in one atomic RocksDB batch, the latest value
+of every key among the committed changelog records below offset ``X`` together with ``X`` itself,
+never one without the other (``point_in_time`` WAL recovery replays whole batches only). The
+changelog holds whole values (the latest record per key wins), so applying ``[X, end)`` on top of
+that state gives exactly what applying ``[begin, end)`` from scratch gives; records of aborted
+transactions are never applied (the consumer is ``read_committed``), whichever run reads them.
+And a restoring task processes nothing until its partitions reach the end, so no commit of the
+task ever starts from a partly restored store.
 
 A read_committed consumer cannot read past an open transaction. If the previous owner of a
 partition left one open (a zombie, or a crashed worker that is not restarted on the same state
@@ -37,7 +58,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from streams_app.state.base import StorePartition
-from streams_app.state.errors import RestoreStalledError
+from streams_app.state.errors import ChangelogBeyondEnd, RestoreStalledError
 from streams_app.transport.base import RecordLike, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -45,6 +66,11 @@ log = logging.getLogger(__name__)
 #: Longer than the default transaction.timeout.ms (10 s) with room to spare: a transaction a
 #: dead producer left open is aborted by the broker well within it.
 DEFAULT_STALL_TIMEOUT = 60.0
+#: Restore progress is checkpointed after this many records of a partition (Kafka Streams
+#: checkpoints a restoring store every 10,000 records too)...
+CHECKPOINT_RECORDS = 10_000
+#: ... or this many seconds, whichever comes first.
+CHECKPOINT_SECONDS = 1.0
 
 
 class ChangelogOffsets(Protocol):
@@ -102,10 +128,11 @@ def _name(tp: TopicPartition) -> str:
 
 
 def resume_offset(
-    tp: TopicPartition, part: StorePartition, begin: int, end: int
+    tp: TopicPartition, part: StorePartition, begin: int, end: int, *, refuse: bool = False
 ) -> tuple[int, bool]:
     """Where reading ``tp`` must start for ``part`` (the rules of the module docstring), and
-    whether ``part`` had to be wiped first. Restore and standby tasks share this rule."""
+    whether ``part`` had to be wiped first. Restore and standby tasks share this rule; with
+    ``refuse``, a store beyond the changelog's end raises :class:`ChangelogBeyondEnd`."""
     stored = part.changelog_offset
     if stored is None:
         if next(iter(part.items()), None) is not None:
@@ -116,6 +143,8 @@ def resume_offset(
         return begin, False
     if begin <= stored <= end:
         return stored, False
+    if refuse and stored > end:
+        raise ChangelogBeyondEnd({(tp[0], tp[1]): (stored, end)})
     why = (
         "beyond the changelog's end (was it recreated?)"
         if stored > end
@@ -170,10 +199,17 @@ async def restore_partitions(
     results: dict[TopicPartition, RestoreResult] = {}
     # changelog partition -> (stored offset before restore, wiped?, start offset, end offset)
     plans: dict[TopicPartition, tuple[int | None, bool, int, int]] = {}
+    beyond = {
+        (tp[0], tp[1]): (stored, ends[tp])
+        for tp, part in partitions.items()
+        if (stored := part.changelog_offset) is not None and stored > ends[tp]
+    }
+    if beyond:  # nothing is wiped: every partition concerned is named at once
+        raise ChangelogBeyondEnd(beyond)
     for tp, part in partitions.items():
         begin, end = beginnings[tp], ends[tp]
         stored = part.changelog_offset
-        start, wiped = resume_offset(tp, part, begin, end)
+        start, wiped = resume_offset(tp, part, begin, end, refuse=True)
         if start >= end:
             if part.changelog_offset != end:
                 part.write({}, end)
@@ -224,66 +260,28 @@ async def _read(
     max_records: int | None,
     on_progress: ProgressCallback | None,
 ) -> dict[TopicPartition, RestoreResult]:
-    results: dict[TopicPartition, RestoreResult] = {}
-    pending = dict(plans)
-    counts = dict.fromkeys(plans, 0)
-    positions = {tp: start for tp, (_, _, start, _) in plans.items()}
-    now = time.monotonic()
-    progressed_at = dict.fromkeys(plans, now)
-    keyless = 0
+    run = _Run(plans, partitions, started)
+    try:
+        while run.pending:
+            fetched = await consumer.getmany(poll_timeout_ms, max_records)
+            now = time.monotonic()
+            for raw_tp, records in fetched.items():
+                tp = TopicPartition(raw_tp[0], raw_tp[1])
+                if tp in run.pending and records:
+                    run.apply(tp, records, now)
+            now = time.monotonic()
+            for tp in list(run.pending):
+                position = await consumer.position(tp)
+                run.moved(tp, position, now, on_progress)
+            run.check_stalls(now, stall_timeout)
+            await asyncio.sleep(0)
+    finally:
+        # Finished, failed or cancelled (the task revoked mid-restore): what was read stays.
+        run.checkpoint_all()
 
-    while pending:
-        fetched = await consumer.getmany(poll_timeout_ms, max_records)
-        for raw_tp, records in fetched.items():
-            tp = TopicPartition(raw_tp[0], raw_tp[1])
-            if tp not in pending or not records:
-                continue
-            batch: dict[bytes, bytes | None] = {}
-            applied = 0
-            for record in records:
-                key = record.key
-                if key is None:
-                    keyless += 1
-                    continue
-                batch[key] = record.value  # later records overwrite: latest write wins
-                applied += 1
-            partitions[tp].write(batch, records[-1].offset + 1)
-            counts[tp] += applied
-
-        now = time.monotonic()
-        for tp in list(pending):
-            _, _, _, end = pending[tp]
-            position = await consumer.position(tp)
-            if position != positions[tp]:
-                positions[tp] = position
-                progressed_at[tp] = now
-                if on_progress is not None:
-                    on_progress(tp, position, end)
-            if position >= end:
-                part = partitions[tp]
-                # The tail may end in markers or aborted records: store the position past them.
-                if part.changelog_offset != position:
-                    part.write({}, position)
-                stored, wiped, start, _ = pending.pop(tp)
-                results[tp] = RestoreResult(
-                    tp, stored, start, position, counts[tp], wiped, now - started
-                )
-        stalled = {
-            _name(tp): (positions[tp], end)
-            for tp, (_, _, _, end) in pending.items()
-            if now - progressed_at[tp] > stall_timeout
-        }
-        if stalled:
-            # Keep the progress made past markers, so a retry starts exactly where this stopped.
-            for tp in pending:
-                if partitions[tp].changelog_offset != positions[tp]:
-                    partitions[tp].write({}, positions[tp])
-            raise RestoreStalledError(stalled, stall_timeout)
-        await asyncio.sleep(0)
-
-    if keyless:
-        log.warning("skipped %d changelog record(s) without a key", keyless)
-    for tp, result in results.items():
+    if run.keyless:
+        log.warning("skipped %d changelog record(s) without a key", run.keyless)
+    for tp, result in run.results.items():
         log.info(
             "restored %s: %d record(s), offsets [%d, %d)%s in %.2fs",
             _name(tp),
@@ -293,4 +291,90 @@ async def _read(
             ", after wiping" if result.wiped else "",
             result.seconds,
         )
-    return results
+    return run.results
+
+
+class _Run:
+    """One restore's progress per changelog partition: records applied, positions, and when
+    each partition was last checkpointed (module doc)."""
+
+    def __init__(
+        self,
+        plans: Mapping[TopicPartition, tuple[int | None, bool, int, int]],
+        partitions: Mapping[TopicPartition, StorePartition],
+        started: float,
+    ) -> None:
+        now = time.monotonic()
+        self.partitions = partitions
+        self.started = started
+        self.pending = dict(plans)
+        self.results: dict[TopicPartition, RestoreResult] = {}
+        self.counts = dict.fromkeys(plans, 0)
+        self.positions = {tp: start for tp, (_, _, start, _) in plans.items()}
+        self.progressed_at = dict.fromkeys(plans, now)
+        self.keyless = 0
+        #: Records applied since each partition's last checkpoint, and when that was.
+        self.unchecked = dict.fromkeys(plans, 0)
+        self.checked_at = dict.fromkeys(plans, now)
+
+    def apply(self, tp: TopicPartition, records: Sequence[RecordLike], now: float) -> None:
+        batch: dict[bytes, bytes | None] = {}
+        for record in records:
+            key = record.key
+            if key is None:
+                self.keyless += 1
+                continue
+            batch[key] = record.value  # later records overwrite: latest write wins
+            self.counts[tp] += 1
+        self.partitions[tp].write(batch, records[-1].offset + 1)
+        self.unchecked[tp] += len(records)
+        if (
+            self.unchecked[tp] >= CHECKPOINT_RECORDS
+            or now - self.checked_at[tp] >= CHECKPOINT_SECONDS
+        ):
+            self.checkpoint(tp, now)
+
+    def checkpoint(self, tp: TopicPartition, now: float) -> None:
+        self.partitions[tp].checkpoint()
+        self.unchecked[tp] = 0
+        self.checked_at[tp] = now
+
+    def checkpoint_all(self) -> None:
+        for tp, unchecked in self.unchecked.items():
+            if unchecked:
+                with contextlib.suppress(Exception):  # a closed store must not hide the error
+                    self.partitions[tp].checkpoint()
+
+    def moved(
+        self, tp: TopicPartition, position: int, now: float, on_progress: ProgressCallback | None
+    ) -> None:
+        end = self.pending[tp][3]
+        if position != self.positions[tp]:
+            self.positions[tp] = position
+            self.progressed_at[tp] = now
+            if on_progress is not None:
+                on_progress(tp, position, end)
+        if position >= end:
+            part = self.partitions[tp]
+            # The tail may end in markers or aborted records: store the position past them.
+            if part.changelog_offset != position:
+                part.write({}, position)
+            self.checkpoint(tp, now)
+            stored, wiped, start, _ = self.pending.pop(tp)
+            self.results[tp] = RestoreResult(
+                tp, stored, start, position, self.counts[tp], wiped, now - self.started
+            )
+
+    def check_stalls(self, now: float, stall_timeout: float) -> None:
+        stalled = {
+            _name(tp): (self.positions[tp], end)
+            for tp, (_, _, _, end) in self.pending.items()
+            if now - self.progressed_at[tp] > stall_timeout
+        }
+        if stalled:
+            # Keep the progress made past markers, so a retry starts exactly where this stopped.
+            for tp in self.pending:
+                if self.partitions[tp].changelog_offset != self.positions[tp]:
+                    self.partitions[tp].write({}, self.positions[tp])
+                self.checkpoint(tp, now)
+            raise RestoreStalledError(stalled, stall_timeout)

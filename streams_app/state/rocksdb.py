@@ -98,6 +98,7 @@ from rocksdict import (
 )
 
 from streams_app.state.base import Store, StorePartition
+from streams_app.state.disk import disk_error
 from streams_app.state.errors import StateLockedError
 
 log = logging.getLogger(__name__)
@@ -317,7 +318,10 @@ class RocksDBStorePartition(StorePartition):
             try:
                 flushing.result()
             except Exception as exc:  # a flush is an optimisation: the WAL still has it all
-                log.warning("background flush of %s failed: %s", self.path, exc)
+                # A full or read-only disk fails the next write too, which names the state
+                # directory (state/disk.py); say it once, there.
+                level = logging.INFO if disk_error(exc, self.path) else logging.WARNING
+                log.log(level, "background flush of %s failed: %s", self.path, exc)
 
     def _remove_dir(self) -> None:
         """Remove the directory atomically: rename it aside first, so that a crash halfway
@@ -399,6 +403,10 @@ class RocksDBStorePartition(StorePartition):
         options._behind_bytes += size
         if now >= self._behind_due or options._behind_bytes > options.write_behind_max_bytes:
             self._write_behind()
+
+    def checkpoint(self) -> None:
+        """What waits in memory goes to RocksDB now, with its offset (one atomic batch)."""
+        self._write_behind()
 
     def _write_behind(self) -> None:
         """Write what waits in memory, in one batch with the offset it reaches."""

@@ -41,7 +41,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from streams_app.aio import cancel_and_wait
 from streams_app.runtime.task import RUNNING
+from streams_app.runtime.view import WorkerView
 from streams_app.runtime.worker import Worker
+from streams_app.settings import AT_MOST_ONCE
 from streams_app.testing.backends import Backend, KafkaBackend, MemoryBackend, Piped, RawInput
 from streams_app.testing.clock import ManualClock
 from streams_app.testing.faults import CrashPoint, HarnessTransport, Switch, kill_or_stop
@@ -150,12 +152,22 @@ class WorkerHandle:
         return self.worker
 
 
-def _uncommitted(worker: Worker) -> bool:
-    if worker._producer is None or worker._tasks is None:
+def _at_or_after(when: float) -> float:
+    """The first time the manual clock (whole microseconds) can show that is not before
+    ``when``: ``when`` itself when it is a whole number of microseconds."""
+    micros = round(when * 1_000_000)
+    if micros / 1_000_000 < when:
+        micros += 1
+    return micros / 1_000_000
+
+
+def _uncommitted(worker: WorkerView) -> bool:
+    parts = worker.parts
+    if parts is None:
         return False
-    if worker.producer.in_transaction or worker.producer.buffered:
+    if parts.producer.in_transaction or parts.producer.buffered:
         return True
-    return any(task.has_uncommitted for task in worker.tasks.running())
+    return any(task.has_uncommitted for task in parts.tasks.running())
 
 
 class TopologyDriver:
@@ -223,13 +235,23 @@ class TopologyDriver:
     async def __aenter__(self) -> TopologyDriver:
         try:
             await self.start()
-        except BaseException:
-            await self.close()
+        except BaseException as exc:
+            await self._close_after(exc)
             raise
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
+        if exc is None:
+            await self.close()
+        else:
+            await self._close_after(exc)
+
+    async def _close_after(self, exc: BaseException) -> None:
+        """Close while ``exc`` propagates: a failure to stop is added to it, not raised over it."""
+        try:
+            await self.close()
+        except HarnessError as failure:
+            exc.add_note(f"and closing the driver failed: {failure}")
 
     async def start(self) -> None:
         """Start the initial workers and run until they are assigned, restored and idle."""
@@ -240,7 +262,10 @@ class TopologyDriver:
         await self.run_until_idle()
 
     async def close(self) -> None:
-        """Stop every running worker gracefully (final commit), then release everything."""
+        """Stop every running worker gracefully (final commit), then release everything.
+        Raises :class:`HarnessError` (:class:`WorkerFailed`) once everything is released if a
+        worker failed while stopping or did not stop."""
+        failure: HarnessError | None = None
         try:
             for handle in self.workers:
                 if handle.frozen:
@@ -254,8 +279,10 @@ class TopologyDriver:
                 running = [h.name for h in stopping if h.running]
                 return f"{running} stopping" if running else None
 
-            with contextlib.suppress(HarnessError):
+            try:
                 await self._drive(stopped, commit=False)
+            except HarnessError as exc:
+                failure = exc
         finally:
             try:
                 # A worker's agents run user code, which may swallow a cancel: re-cancelled.
@@ -267,6 +294,8 @@ class TopologyDriver:
                     await self.backend.close()
                 if self._own_state_dir:
                     shutil.rmtree(self.state_root, ignore_errors=True)
+        if failure is not None:
+            raise failure
 
     # -- workers ---------------------------------------------------------------------------
 
@@ -443,13 +472,13 @@ class TopologyDriver:
         if failures:
             raise failures[0]
 
-    async def _let_markers_land(self, worker: Worker) -> None:
+    async def _let_markers_land(self, worker: WorkerView) -> None:
         """As after a SIGKILL, a transaction whose EndTxn the broker accepted still ends: the
         broker answers EndTxn before it writes the markers. Wait for them, so that what the
         test reads next is what the broker committed (18% of reads right after EndTxn's
         answer found the last stable offset not yet moved, on a quiet single broker)."""
-        producer = worker._producer
-        txn_id = None if producer is None else self.backend.names.id(producer.transactional_id)
+        parts = worker.parts
+        txn_id = None if parts is None else self.backend.names.id(parts.producer.transactional_id)
         if txn_id is not None:
             await self.backend.markers_written([txn_id])
 
@@ -502,18 +531,26 @@ class TopologyDriver:
             # Step to each timer's due time, so a timer fires as often as it would in memory.
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.real_timeout
-            while loop.time() < deadline:
+            while True:
                 dues = [
                     due
                     for h in self.live_workers
                     if h.worker is not None
-                    for due in h.worker._timer_due.values()
+                    for due in h.worker.timer_due.values()
                 ]
                 if (sleeper := clock.next_deadline()) is not None:
                     dues.append(sleeper)
-                due = min((d for d in dues if d <= target), default=None)
+                # The clock counts whole microseconds: a due time it cannot hold (a crontab's,
+                # from the wall clock) is stepped to the next one, not rounded to just before
+                # it, where the timer would not be due and be stepped to until real_timeout.
+                due = min((t for d in dues if (t := _at_or_after(d)) <= target), default=None)
                 if due is None:
                     break
+                if loop.time() > deadline:
+                    raise HarnessError(
+                        f"advance_time: still stepping to timers due by {target:.6f}s (now at "
+                        f"{due:.6f}s) after {self.real_timeout:g}s of real time\n{self.describe()}"
+                    )
                 clock.advance_to(max(due, clock.monotonic()))
                 await self._turns(2)
             clock.advance_to(target)
@@ -635,7 +672,8 @@ class TopologyDriver:
         sent = False
         for handle in self.workers:
             worker = handle.worker
-            producer = worker._producer if handle.active and worker is not None else None
+            parts = worker.parts if handle.active and worker is not None else None
+            producer = parts.producer if parts is not None else None
             if producer is not None and producer.lingering:
                 producer.send_lingering()
                 sent = True
@@ -649,15 +687,16 @@ class TopologyDriver:
             if not handle.active or handle.worker is None:
                 continue
             worker = handle.worker
-            if not worker.started.is_set() or worker._committer is None:
+            parts = worker.parts
+            if not worker.started.is_set() or parts is None:
                 continue
             if not await self._needs_commit(handle):
                 continue
             if asked is not None:
                 mark = (
-                    worker.committer.commits,
-                    worker.producer.transactions_aborted,
-                    worker.producer.recreated,
+                    parts.committer.commits,
+                    parts.producer.transactions_aborted,
+                    parts.producer.recreated,
                     worker.records_processed,
                 )
                 if asked.get(handle.name) == mark:
@@ -672,9 +711,10 @@ class TopologyDriver:
         worker = handle.require_worker()
         if _uncommitted(worker):
             return True
-        if worker._tasks is None:
+        parts = worker.parts
+        if parts is None:
             return False
-        for task in worker.tasks.running():
+        for task in parts.tasks.running():
             for tp in task.partitions:
                 position = await self._position(handle, tp)
                 if position is not None and position > task.committed.get(tp, position):
@@ -768,8 +808,13 @@ class TopologyDriver:
     async def _idle_reason(self, commit: bool) -> str | None:
         """None when idle; else what is still going on."""
         active = [h for h in self.workers if h.active]
-        reason = await self._idle_reason_now(active, commit)
-        if reason is None and not commit:
+        # At-most-once commits a batch's offsets before processing it: committed offsets say
+        # nothing about what was processed, so look at the workers' loops as without commit.
+        processing = not commit or any(
+            h.require_worker().conf.processing_guarantee == AT_MOST_ONCE for h in active
+        )
+        reason = await self._idle_reason_now(active, commit, processing)
+        if reason is None and processing:
             # The checks above awaited the broker: make sure no worker fetched meanwhile.
             for handle in active:
                 consumer = handle.transport.main_consumer if handle.transport else None
@@ -781,21 +826,24 @@ class TopologyDriver:
                     return f"{handle.name} has records not acknowledged yet"
         return reason
 
-    async def _idle_reason_now(self, active: list[WorkerHandle], commit: bool) -> str | None:
+    async def _idle_reason_now(
+        self, active: list[WorkerHandle], commit: bool, processing: bool
+    ) -> str | None:
         for handle in active:
             worker = handle.require_worker()
-            if not worker.started.is_set() or worker._tasks is None:
+            parts = worker.parts
+            if not worker.started.is_set() or parts is None:
                 return f"{handle.name} is starting"
-            if worker.committer.group is None:
+            if parts.committer.group is None:
                 return f"{handle.name} has no assignment yet"
-            if worker.tasks.restoring():
+            if parts.tasks.restoring():
                 return f"{handle.name} is restoring its tables"
-            if worker.producer.buffered:
+            if parts.producer.buffered:
                 return f"{handle.name} has records in batches not sent yet (linger)"
             if commit and _uncommitted(worker):
                 return f"{handle.name} has uncommitted work"
             consumer = handle.transport.main_consumer if handle.transport else None
-            if not commit:
+            if processing:
                 # Back in getmany means done with everything fetched before.
                 if consumer is None or not consumer.polling:
                     return f"{handle.name} is processing"
@@ -977,12 +1025,13 @@ class TopologyDriver:
         for h in self.workers:
             state = h.status + (" frozen" if h.frozen else "")
             worker = h.worker
-            if worker is not None and worker._tasks is not None:
+            parts = worker.parts if worker is not None else None
+            if parts is not None:
                 tasks = ", ".join(
-                    f"{t.id}:{t.state}" for t in sorted(worker.tasks.tasks.values(), key=str)
+                    f"{t.id}:{t.state}" for t in sorted(parts.tasks.tasks.values(), key=str)
                 )
                 state += f"; tasks [{tasks}]"
-                if worker._producer is not None and worker.producer.in_transaction:
+                if parts.producer.in_transaction:
                     state += "; transaction open"
             parked = self.clock.parked_reasons(h.name)
             if parked:

@@ -56,8 +56,26 @@ class TransactionAbortableError(TransportError):
     """The transaction hit an error it can recover from by aborting."""
 
 
+class CommitOutcomeUnknownError(TransportError):
+    """EndTxn(commit) was sent and then failed without a definite answer (the broker went away
+    mid-commit, the request timed out): the coordinator may have committed the transaction all
+    the same, and completes it when it comes back. Only the broker knows, so the worker does
+    what it does after a fencing: close the tasks, recreate the producer (whose InitProducerId
+    completes whatever the coordinator holds), rejoin, and read the committed offsets again.
+    Rewinding to the offsets it holds in memory would process committed records a second time.
+    """
+
+
 class FatalProducerError(TransportError):
     """The producer hit an error it cannot recover from; it must be recreated, never reused."""
+
+
+class TransactionTimedOutError(FatalProducerError):
+    """The coordinator aborted our transaction because it outlived ``transaction_timeout``
+    (the broker answers as it does to a fenced producer, but no other producer took our id).
+    Not a zombie, but not a plain abort either: an EndTxn the coordinator accepted before an
+    outage is completed when it comes back, so the worker rejoins and reads its committed
+    offsets again (``runtime.commit.MIGRATED``)."""
 
 
 class RecordRejectedError(SendFailedError, RecordError):

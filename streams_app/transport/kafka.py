@@ -229,6 +229,11 @@ class KafkaTransport:
     def partition_for_key(self, key: bytes, partitions: int) -> int:
         return (int(murmur2(key)) & 0x7FFFFFFF) % partitions
 
+    def unreachable_since(self) -> float | None:
+        """Wall-clock time since when no bootstrap server answers (None: one does); see
+        :func:`streams_app.kafka.logs.unreachable_since`."""
+        return kafka_logs.unreachable_since([s.strip() for s in self._bootstrap.split(",")])
+
 
 # -- consumer ------------------------------------------------------------------------------
 

@@ -14,8 +14,12 @@ import streams_app
 from streams_app import App
 from streams_app.runtime.errors_policy import H_ATTEMPTS
 from streams_app.testing import DriverFactory
+from tests.runtime.helpers import wait_until
 
 pytestmark = pytest.mark.streams_backends("memory")
+#: On the real broker as well (a test's own mark overrides the module's): every capability of
+#: the surface keeps a real-broker case in ``make test``.
+BOTH = pytest.mark.streams_backends("memory", "kafka")
 
 
 class Click(faust.Record):
@@ -82,6 +86,7 @@ async def test_group_by_model_field_and_through(topology_driver: DriverFactory) 
         assert views.help == "page views"
 
 
+@BOTH
 async def test_agent_owned_topic_channel_and_message(topology_driver: DriverFactory) -> None:
     app = App("own", topic_partitions=2)
     out = app.topic("out")
@@ -116,6 +121,7 @@ async def test_agent_owned_topic_channel_and_message(topology_driver: DriverFact
         assert {topic for topic, _, _ in positions} == {owned}
 
 
+@BOTH
 async def test_set_table_and_global_table(topology_driver: DriverFactory) -> None:
     app = App("tables", topic_partitions=2)
     joins = app.topic("joins", key_type=str, value_type=str)
@@ -148,6 +154,98 @@ async def test_set_table_and_global_table(topology_driver: DriverFactory) -> Non
             await driver.pipe("lookups", "cy", key=key)
         await driver.run_until_idle()
         assert {r.value for r in await driver.read("answers")} == {1}
+
+
+@BOTH
+async def test_every_worker_holds_the_whole_global_table(topology_driver: DriverFactory) -> None:
+    """Two workers: a worker that joins restores every partition of a GlobalTable at start
+    (those its tasks will not own too), each worker's tasks read prices written by the
+    other's, and prices committed later reach the other worker's copy."""
+    app = App("globals", topic_partitions=4)
+    prices = app.topic("prices", key_type=str, value_type=int)
+    lookups = app.topic("lookups", key_type=str, value_type=str)
+    answers = app.topic("answers", key_type=str)
+    price = app.GlobalTable("price", key_type=str, value_type=int)
+
+    @app.agent(prices)
+    async def set_price(stream):  # type: ignore[no-untyped-def]
+        async for item, value in stream.items():
+            price[item] = value
+
+    @app.agent(lookups)
+    async def lookup(stream):  # type: ignore[no-untyped-def]
+        async for key, item in stream.items():
+            await answers.send(key=key, value=[item, price.get(item)])
+
+    async def answered(driver: Any, expected: dict[str, int], round_: int) -> None:
+        for partition in range(4):
+            for item in expected:
+                key = f"{round_}-{partition}-{item}"
+                await driver.pipe("lookups", item, key=key, partition=partition)
+        await driver.run_until_idle()
+        got = [r.value for r in await driver.read("answers") if r.key.startswith(f"{round_}-")]
+        assert sorted(map(tuple, got)) == sorted(list(expected.items()) * 4)
+
+    def held(driver: Any) -> list[dict[str, int]]:
+        return [dict(h.require_worker().table_items(price)) for h in driver.live_workers]
+
+    items = {f"item{i}": i for i in range(8)}
+    async with topology_driver(app) as driver:
+        await driver.pipe_many("prices", list(items.items()))
+        await driver.run_until_idle()  # one worker: every task, every price
+        await driver.add_worker()
+        assert held(driver) == [items, items]
+        owned = [
+            {tp[1] for tp in h.require_worker().tasks.by_tp if tp[0] == "lookups"}
+            for h in driver.live_workers
+        ]
+        assert all(owned) and set.union(*owned) == {0, 1, 2, 3}, owned
+        await answered(driver, items, 1)
+
+        updated = {item: value + 100 for item, value in items.items()}
+        await driver.pipe_many("prices", list(updated.items()))
+        await driver.run_until_idle()
+        # The other worker applies them from the changelog after the commit: a small delay.
+        await wait_until(lambda: held(driver) == [updated, updated], timeout=30)
+        await answered(driver, updated, 2)
+
+
+def _next_odd_utc_minute(now: float) -> float:
+    """The first instant after ``now`` (epoch seconds) that starts an odd UTC minute: an even
+    minute in Asia/Kathmandu (UTC+05:45)."""
+    return ((now - 60) // 120 + 1) * 120 + 60
+
+
+@BOTH
+async def test_a_crontab_runs_at_each_matching_time_in_its_timezone(
+    topology_driver: DriverFactory,
+) -> None:
+    app = App("cron", topic_partitions=1)
+    inputs = app.topic("cron-in")
+    runs = app.topic("cron-runs", value_type=int)
+    fired: list[int] = []
+
+    @app.agent(inputs)
+    async def idle(stream):  # type: ignore[no-untyped-def]
+        async for _ in stream:
+            pass
+
+    @app.crontab("*/2 * * * *", timezone="Asia/Kathmandu")
+    async def every_other_minute() -> None:
+        fired.append(len(fired) + 1)
+        await runs.send(value=len(fired))
+
+    async with topology_driver(app) as driver:
+        first = _next_odd_utc_minute(driver.clock.time())
+        await driver.advance_time(first - driver.clock.time() - 1)
+        await driver.run_until_idle()
+        assert _values(await driver.read("cron-runs")) == []  # a second early
+        await driver.advance_time(2)
+        await driver.run_until_idle()
+        assert _values(await driver.read("cron-runs")) == [1]  # a second late
+        await driver.advance_time(4 * 60)
+        await driver.run_until_idle()
+        assert _values(await driver.read("cron-runs")) == [1, 2, 3]
 
 
 async def test_on_leader_timer_keeps_a_leader_table(topology_driver: DriverFactory) -> None:

@@ -18,10 +18,12 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
+from streams_app.kafka.ops_admin import OpsAdmin
 from streams_app.readback import ReadRecord, read_topics
 from tests.faust_conformance.runner import STREAMS_APP, AppProcess, wait_for
 
@@ -53,12 +55,16 @@ class Context:
     def start(self) -> None:
         self.app.start()
 
-    def stop(self) -> None:
-        """SIGTERM. streams_app must stop cleanly (exit 0); faust-streaming is given 30 s (its
-        worker waits forever to acknowledge RPC replies in examples/advanced/rpc.py)."""
+    def stop(self, *, kill_faust: bool = False) -> None:
+        """SIGTERM. streams_app must stop cleanly (exit 0); faust-streaming is given 30 s, or
+        with ``kill_faust`` (for a driver whose observation is made) SIGKILLed at once: its
+        worker of examples/advanced/rpc.py ignores SIGTERM, waiting forever to acknowledge RPC
+        replies, and would take the whole 30 s."""
         if self.system == STREAMS_APP:
             code = self.app.stop()
             assert code == 0, f"streams_app exited with {code} on SIGTERM:\n{self.app.tail()}"
+        elif kill_faust:
+            self.app.kill()
         else:
             self.app.stop(timeout=30)
 
@@ -108,6 +114,31 @@ class Context:
 
     async def wait(self, predicate: Callable[[], Any], what: str, timeout: float = 120.0) -> None:
         await wait_for(predicate, timeout, what, self.app)
+
+    # -- the app's web server -----------------------------------------------------------------
+
+    async def page(self, path: str) -> tuple[int, Any]:
+        """GET one of the app's pages from the worker's own web server: (status, the body as
+        JSON, or as text when it is not JSON). Redirects (``table_route``) are followed."""
+        assert self.app.web_port is not None, "the worker was not started"
+        url = f"http://127.0.0.1:{self.app.web_port}{path}"
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
+            session.get(url) as response,
+        ):
+            text = await response.text()
+            try:
+                return response.status, json.loads(text)
+            except ValueError:
+                return response.status, text
+
+    async def serving(self, path: str = "/") -> bool:
+        """The web server answers (any status): the worker got that far."""
+        try:
+            await self.page(path)
+        except (aiohttp.ClientError, OSError):
+            return False
+        return True
 
     # -- the broker ---------------------------------------------------------------------------
 
@@ -215,9 +246,12 @@ async def create_topics(bootstrap: str, topics: dict[str, int], *, compact: bool
         await admin.close()
 
 
-async def _delete_group(admin: AIOKafkaAdminClient, group: str, timeout: float = 90.0) -> None:
-    """DeleteGroups, retried until the group is empty (a killed Faust worker stays a member
-    until its session times out)."""
+async def _delete_group(
+    admin: AIOKafkaAdminClient, bootstrap: str, group: str, timeout: float = 90.0
+) -> None:
+    """DeleteGroups, retried until the group is empty. The run's workers are gone by now, but
+    a killed one stays a member until its session times out: its membership is ended at once
+    by a LeaveGroup on its behalf."""
     from aiokafka.protocol.admin import DeleteGroupsRequest
 
     deadline = time.monotonic() + timeout
@@ -226,6 +260,8 @@ async def _delete_group(admin: AIOKafkaAdminClient, group: str, timeout: float =
             node = await admin.find_coordinator(group)
             response = await admin._send_request(DeleteGroupsRequest([group]), node)
             codes = [code for _, code in response.results]
+            if NON_EMPTY_GROUP in codes:
+                await _remove_members(admin, bootstrap, group, node)
         except KafkaError:
             codes = [-1]
         if all(code in (0, 69) for code in codes):  # deleted, or no such group
@@ -233,6 +269,20 @@ async def _delete_group(admin: AIOKafkaAdminClient, group: str, timeout: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"consumer group {group!r} could not be deleted: {codes}")
         await asyncio.sleep(1.0)
+
+
+NON_EMPTY_GROUP = 68
+
+
+async def _remove_members(
+    admin: AIOKafkaAdminClient, bootstrap: str, group: str, node: int
+) -> None:
+    from aiokafka.protocol.group import LeaveGroupRequest
+
+    async with OpsAdmin(bootstrap) as ops:
+        members = (await ops.describe_group(group)).members
+    for member in members:
+        await admin._send_request(LeaveGroupRequest(group, member.member_id), node)
 
 
 @contextlib.asynccontextmanager
@@ -247,7 +297,7 @@ async def isolated(bootstrap: str) -> AsyncIterator[None]:
         yield
     finally:
         for group in sorted({g[0] for g in await admin.list_consumer_groups()} - groups_before):
-            await _delete_group(admin, group)
+            await _delete_group(admin, bootstrap, group)
         created: list[str] = []
         for _ in range(3):
             after = set(await admin.list_topics())

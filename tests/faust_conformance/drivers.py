@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from streams_app.runtime.errors_policy import H_ERROR_MESSAGE, H_ERROR_TYPE
 from tests.faust_conformance import window_drivers
 from tests.faust_conformance.context import Context, shape
 
@@ -50,9 +51,11 @@ class Example:
     #: run is checked against ``expected`` instead.
     faust_broken: str | None = None
     expected: dict[str, Any] | None = None
-    #: Runs unchanged, but observes a documented difference (the reason): the test is an
-    #: expected failure (strict: it fails the day the observations agree).
+    #: Runs unchanged, but observes a documented difference (the reason) ...
     differs: str | None = None
+    #: ... exactly this one: (observation, faust-streaming's, streams_app's). Every other
+    #: observation must be equal, and these must be what they say under each system.
+    difference: tuple[tuple[str, Any, Any], ...] = ()
 
 
 # -- faust-streaming's examples ---------------------------------------------------------------
@@ -153,7 +156,7 @@ async def rpc(ctx: Context) -> dict[str, Any]:
     command = [line for line in printed.splitlines() if "* 100 =" in line]
     joined = ctx.printed("JOINED:")[0]
     replies = sorted(ctx.printed("RECEIVED REPLY:")[:7])
-    ctx.stop()
+    ctx.stop(kill_faust=True)
     return {"joined": joined, "mapped": replies, "x100_command": command}
 
 
@@ -258,11 +261,20 @@ async def kubernetes_consumer(ctx: Context) -> dict[str, Any]:
     # whichever partition, is the whole count. streams_app keeps one per partition: their sum
     # is the whole count (and it warns once). Both give `count` here, each its own way.
     whole = max(totals) if ctx.system == "faust" else sum(totals)
+    dead = await ctx.read("test.dlq")  # streams_app's dead letters of `test` (none: [])
     return {
         "per_key": dict(sorted(per_key.items())),
         "totals": whole,
         "expected_total": count,
         "warned_once": ctx.app.output().count("a key other than the record's key") <= 1,
+        "dead_letters": len(dead),
+        "dead_letter_errors": sorted(
+            {
+                f"{(r.header(H_ERROR_TYPE) or b'').decode()}: "
+                + shape((r.header(H_ERROR_MESSAGE) or b"").decode())
+                for r in dead
+            }
+        ),
     }
 
 
@@ -314,6 +326,12 @@ async def tabletest(ctx: Context) -> dict[str, Any]:
         lambda: ctx.committed_all("tabletest", ["countstopic"]),
         "committed every count (event.message.offset in use)",
     )
+    # The example's table_route page: the table read outside of any record. Each key was
+    # counted in the partition its records were sent to (partition=j), not the one Kafka's
+    # partitioner gives the key: a single worker holding every partition finds it anyway.
+    pages = {p: await ctx.page(f"/count/{p}/") for p in range(4)}
+    expected = sum(range(iterations))
+    assert pages == {p: (200, {str(p): expected}) for p in range(4)}, pages  # not just alike
     ctx.stop()
     table = await ctx.table("tabletest-counts-changelog")
     # The example's command sending straight to the changelog topic.
@@ -324,6 +342,7 @@ async def tabletest(ctx: Context) -> dict[str, Any]:
         "expected_each": sum(range(iterations)),
         "out_of_order": [line for line in ctx.printed("!!! PREV")],
         "changelog_send": [x for x in last if x[1] == b"0"],
+        "pages": pages,
     }
 
 
@@ -362,6 +381,15 @@ async def word_count(ctx: Context) -> dict[str, Any]:
     await ctx.wait(counted, "counted 4 x 1000 words (task -> agent -> agent -> table)", 240)
     await ctx.wait(lambda: ctx.printed("+$$ Tally"), "printed the tally (the task, after 5 s)")
     tally = ctx.printed("+$$ Tally")
+    # The example's pages, from the worker's web server: /count/ reads the table outside of
+    # any record (a table_route page), /last/ a dict the agent keeps (a topic_route page).
+    pages = {}
+    for word in [*WORDS, "absent"]:
+        pages[f"/count/{word}/"] = await ctx.page(f"/count/{word}/")
+        pages[f"/last/{word}/"] = await ctx.page(f"/last/{word}/")
+    counted = {f"/count/{w}/": (200, {w: 1000}) for w in WORDS}
+    assert {p: pages[p] for p in counted} == counted, pages  # not just alike
+    assert pages["/count/absent/"] == (200, {"absent": 0}), pages
     ctx.stop()
     table = await ctx.table("word-counts-word_counts-changelog")
     words = [r.value for r in await ctx.read("word-counts-word_count.count_words")][:3]
@@ -369,13 +397,19 @@ async def word_count(ctx: Context) -> dict[str, Any]:
         "counts": {key: v for (_, key), v in sorted(table.items(), key=lambda x: str(x[0][1]))},
         "tally_title": sorted({line.strip("+-") for line in tally}),
         "agent_topic_values": sorted({v.decode() for v in words if v}),
+        "pages": pages,
     }
+
+
+WORDS = ["the", "quick", "brown", "fox"]
 
 
 PER_PARTITION = (
     "the example counts records without a key under one table key; Faust keeps one value per "
     "worker, streams_app one per partition (docs/migrating-from-faust.md)"
 )
+
+COUNTERS = (("current_counts", window_drivers.ONE_PER_WORKER, window_drivers.ONE_PER_PARTITION),)
 
 TYPED = (
     "the example's producer sends fractions (random()) for the model's `value: int` field: "
@@ -412,6 +446,16 @@ EXAMPLES: list[Example] = [
         kubernetes_consumer,
         topics=(("test", 8),),
         differs=TYPED,
+        difference=(
+            ("per_key", {"partition: 0": 100, "partition: 1": 100}, {}),
+            ("totals", 200, 0),
+            ("dead_letters", 0, 200),
+            (
+                "dead_letter_errors",
+                [],
+                ["DecodeError: does not fit Score: field 'value' must be an integer, got number"],
+            ),
+        ),
     ),
     Example(
         "tableofset",
@@ -440,6 +484,7 @@ EXAMPLES: list[Example] = [
         window_drivers.hopping,
         topics=(("hopping_topic", 8),),
         differs=PER_PARTITION,
+        difference=COUNTERS,
     ),
     Example(
         "windowing_hopping_2",
@@ -453,6 +498,7 @@ EXAMPLES: list[Example] = [
         window_drivers.tumbling,
         topics=(("tumbling_topic", 8),),
         differs=PER_PARTITION,
+        difference=COUNTERS,
     ),
     Example(
         "withdrawals", "withdrawals.py", window_drivers.withdrawals, topics=(("withdrawals", 4),)

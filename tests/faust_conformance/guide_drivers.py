@@ -149,6 +149,7 @@ GUIDE_APPS: list[Example] = [
         topics=tuple(
             (t, 1) for t in ("guide-shapes", "guide-shapes-out", "guide-plains", "guide-texts")
         ),
+        quick=True,  # make test's guide app under both frameworks (the README says so)
     ),
     Example(
         "guide_tasks", "guide_tasks.py", guide_tasks, guide=True, topics=(("guide-greetings", 2),)

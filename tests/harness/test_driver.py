@@ -171,7 +171,22 @@ async def test_a_poison_record_goes_to_the_dead_letter_topic(
         assert dead.header(H_SOURCE_OFFSET) == b"1"
 
 
-@pytest.mark.streams_backends("memory")
+@pytest.mark.streams_backends("memory")  # the record and the stop reach the worker together
+async def test_a_worker_failing_while_it_stops_fails_the_close(
+    topology_driver: DriverFactory,
+) -> None:
+    """A stop is graceful (the batch fetched is finished and committed): a worker that fails
+    meanwhile, here on a record under ``error_policy="stop"``, makes ``close()`` raise once
+    everything is released, rather than the test passing over it."""
+    app, attempts = failing_app(fail_times=10, error_policy="stop", max_retries=0)
+    driver = topology_driver(app)
+    await driver.start()
+    await driver.pipe("flaky-in", 13, key="a")
+    with pytest.raises(WorkerFailed, match="WorkerStopped") as failed:
+        await driver.close()
+    assert attempts == {0: 1} and failed.value.handle.status == "failed"
+
+
 async def test_at_most_once_never_retries_a_failing_record(
     topology_driver: DriverFactory,
 ) -> None:
@@ -189,3 +204,28 @@ async def test_at_most_once_never_retries_a_failing_record(
         (dead,) = await driver.read("flaky-in.dlq")
         assert dead.header(H_ERROR_TYPE) == b"RuntimeError"
         assert [v for _, v in await driver.read_key_values("flaky-sum")] == [1, 3, 20, 5]
+
+
+async def test_at_most_once_loses_the_record_a_crash_interrupts_and_never_repeats_it(
+    topology_driver: DriverFactory,
+) -> None:
+    """At-most-once commits a batch's offsets before processing it: a worker that dies while
+    processing loses the record (its offset is committed), and its restart goes on after it
+    instead of processing it again."""
+    app, _ = failing_app(fail_times=0, processing_guarantee="at_most_once")
+    async with topology_driver(app) as driver:
+        await driver.pipe_many("flaky-in", [("a", 1), ("a", 2)])
+        await driver.run_until_idle()
+        driver.crash_on("send", topic="flaky-echo")  # the next record dies before its echo
+        (lost,) = await driver.pipe_many("flaky-in", [("a", 4)])
+        await driver.run_until_crash()
+        # Committed before it was processed: the record is behind the group's position.
+        assert await driver.committed_offsets("flaky-in") == {0: lost.offset + 1}
+
+        await driver.restart()
+        await driver.pipe_many("flaky-in", [("a", 8), ("b", 5)])
+        await driver.run_until_idle()
+        assert_output(await driver.read("flaky-echo"), [("a", 1), ("a", 2), ("a", 8), ("b", 5)])
+        # Nor did its table write happen: 1 + 2 + 8.
+        assert_output(await driver.read("flaky-sum"), [("a", 1), ("a", 3), ("a", 11), ("b", 5)])
+        assert await driver.table("sums") == {"a": 11, "b": 5}

@@ -341,8 +341,12 @@ async def test_a_member_stopped_past_its_session_timeout_rejoins_by_itself(
         new = next(e for e in after if e["event"] == "assigned")
         assert new["member"] != old["member"]
         assert new["generation"] > taken.generation_id
-        # Records it returned while a zombie (before it noticed): the reason for fencing.
-        zombie_reads = sum(e["n"] for e in after[:first_revoke] if e["event"] == "records")
+        # Records it returned while a zombie, from the partitions B had taken, before it
+        # gave them up: the reason for fencing.
+        reads = [e for e in after[:first_revoke] if e["event"] == "records"]
+        assert reads, f"the zombie returned no records before its revocation: {after}"
+        assert {p for e in reads for p in e["partitions"]} <= set(old["partitions"]), reads
+        zombie_reads = sum(e["n"] for e in reads)
         print(f"zombie read {zombie_reads} records around noticing; events: {after}")
     finally:
         if process.returncode is None:

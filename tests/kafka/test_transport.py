@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from streams_app.errors import BrokerUnavailable, ConfigError, TopologyError
+from streams_app.kafka.ops_admin import OpsAdmin
 from streams_app.transport import (
     AdminClient,
     CommitFailedError,
@@ -335,7 +336,17 @@ async def test_unsubscribe_then_subscribe_rejoins_as_a_new_member(
             "assigned",
             {TopicPartition(topic, 0), TopicPartition(topic, 1)},
         )
-        await asyncio.sleep(1)  # nothing left over from the leave disturbs the new membership
+        # Nothing is left over from the leave to disturb the new membership: its LeaveGroup
+        # ended before the new member joined (subscribe waits for it), and the broker holds
+        # the new member alone, stable, with both partitions.
+        leaving = consumer._leaving  # type: ignore[attr-defined]
+        assert leaving is not None and leaving.done() and leaving.exception() is None
+        async with OpsAdmin(bootstrap_servers) as ops:
+            described = await ops.describe_group(group)
+        assert described.state == "Stable", described
+        assert [(m.member_id, m.assignment) for m in described.members] == [
+            (second.member_id, ((topic, 0), (topic, 1)))
+        ]
         assert consumer.group_metadata() == second
         await consumer.commit({TopicPartition(topic, 0): 0})
     finally:

@@ -1,7 +1,8 @@
 """A consumer group member for the SIGSTOP test: prints what it sees as JSON lines.
 
 Run as ``python zombie_member.py BOOTSTRAP TOPIC GROUP``. Events: ``meta`` (group_metadata
-changed), ``records`` (a non-empty getmany), ``revoked`` / ``assigned`` (listener callbacks).
+changed), ``records`` (a non-empty getmany: how many, from which partitions), ``revoked`` /
+``assigned`` (listener callbacks).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ async def main(bootstrap: str, topic: str, group: str) -> None:
             batch = await consumer.getmany(timeout_ms=100)
             count = sum(len(records) for records in batch.values())
             if count:
-                emit("records", consumer, n=count)
+                emit("records", consumer, n=count, partitions=sorted(tp.partition for tp in batch))
             meta = consumer.group_metadata()
             if meta != last:
                 emit("meta", consumer)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -17,6 +18,22 @@ from streams_app.cli.main import main
 from streams_app.jvm import java_executable
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def app_cli(
+    app: str, env: dict[str, str], *argv: str, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """``python -m streams_app -A APP ARGV`` in a child process, with ``env`` added."""
+    return subprocess.run(
+        [sys.executable, "-m", "streams_app", "-A", app, *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **env, "PYTHONPATH": str(REPO)},
+        timeout=180,
+        check=False,
+    )
 
 
 def run_cli(*argv: str, stdin: str = "") -> tuple[int, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,18 +14,28 @@ from streams_app.runtime.worker import Worker
 from streams_app.testing.workers import WorkerProcess
 
 
+async def await_started(worker: Worker, run: asyncio.Task[None], timeout: float = 60) -> None:
+    """Wait until ``worker`` (running as ``run``) has started: raises its start error if it
+    fails first, TimeoutError (cancelling it) if it is not started in ``timeout`` seconds."""
+    started = asyncio.create_task(worker.started.wait())
+    done, _ = await asyncio.wait(
+        {run, started}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+    )
+    if run in done:
+        started.cancel()
+        run.result()  # raises the start error
+        raise AssertionError("the worker ended without starting or failing")
+    if started not in done:
+        started.cancel()
+        run.cancel()
+        raise TimeoutError(f"worker did not start within {timeout:g}s")
+
+
 @contextlib.asynccontextmanager
 async def running_worker(app: App, state_dir: Path, **overrides: Any) -> AsyncIterator[Worker]:
     worker = app.worker(state_dir=state_dir, **overrides)
     task = asyncio.create_task(worker.run())
-    started = asyncio.create_task(worker.started.wait())
-    done, _ = await asyncio.wait({task, started}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        started.cancel()
-        task.result()  # raises the start error
-    if started not in done:
-        task.cancel()
-        raise TimeoutError("worker did not start within 60s")
+    await await_started(worker, task)
     try:
         yield worker
     finally:
@@ -45,6 +56,29 @@ async def wait_until(predicate: Any, timeout: float = 60.0, interval: float = 0.
         if loop.time() > deadline:
             raise TimeoutError("condition not met in time")
         await asyncio.sleep(interval)
+
+
+def sums_of(sent: list[tuple[str, int]]) -> dict[str, int]:
+    """Each key's sum over ``sent`` (what ``tests.runtime.apps.keyed_sum``'s table holds)."""
+    sums: dict[str, int] = {}
+    for key, value in sent:
+        sums[key] = sums.get(key, 0) + value
+    return sums
+
+
+async def table_from_changelog(bootstrap: str, changelog: str) -> dict[Any, Any]:
+    """A table as its changelog holds it: JSON keys and values, the latest record per key
+    (read_committed), a tombstone deleting its key."""
+    from streams_app.readback import read_topics
+
+    out: dict[Any, Any] = {}
+    for record in (await read_topics(bootstrap, [changelog]))[changelog]:
+        key = json.loads(record.key or b"null")
+        if record.value is None:
+            out.pop(key, None)
+        else:
+            out[key] = json.loads(record.value)
+    return out
 
 
 async def produce_keyed(

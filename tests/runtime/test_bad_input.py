@@ -23,7 +23,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from streams_app import App, WorkerStopped
-from streams_app.readback import ReadRecord, group_lag, read_topics
+from streams_app.readback import ReadRecord, group_lag, read_topics, wait_committed
+from streams_app.runtime.dead_letter_size import H_ORIGINAL_SIZE, H_TRUNCATED
 from streams_app.runtime.errors_policy import (
     H_AGENT,
     H_ATTEMPTS,
@@ -35,7 +36,7 @@ from streams_app.runtime.errors_policy import (
 from streams_app.runtime.worker import H_SRC_OFFSET, H_SRC_PARTITION, Worker
 from streams_app.transport.base import TopicSpec
 from tests.kafka.helpers import create_topics
-from tests.runtime.helpers import wait_until
+from tests.runtime.helpers import await_started, wait_until
 
 PARTITIONS = 24
 GOOD_PER_PARTITION = 4
@@ -148,11 +149,7 @@ def corpus_plan(poison_partitions: int) -> dict[int, list[tuple[str, bytes | Non
 async def start(app: App, state_dir: Path) -> tuple[Worker, asyncio.Task[None]]:
     worker = app.worker(state_dir=state_dir)
     task = asyncio.create_task(worker.run())
-    started = asyncio.create_task(worker.started.wait())
-    done, _ = await asyncio.wait({task, started}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()
-    assert started in done, "worker did not start within 60 s"
+    await await_started(worker, task)
     return worker, task
 
 
@@ -283,11 +280,12 @@ async def test_bad_input_corpus(
 
 
 @pytest.mark.parametrize("policy", ["dlq", "stop", "retry"])
-async def test_a_record_over_the_request_limit_stops_the_worker_naming_it(
+async def test_a_record_over_the_request_limit_is_dead_lettered_truncated(
     bootstrap_servers: str, unique: str, tmp_path: Path, policy: str
 ) -> None:
-    """Its output is refused by the producer (a bad record: no retry helps), and so is its
-    dead-letter copy: the worker stops with the record's coordinates, whatever the policy."""
+    """Its output is refused by the producer (a bad record: no retry helps, whatever the
+    policy), and a whole copy would be too: it is dead-lettered truncated to fit
+    ``max_request_size`` (runtime/dead_letter_size.py), and the worker goes on."""
     app = corpus_app(
         unique,
         bootstrap_servers,
@@ -313,20 +311,17 @@ async def test_a_record_over_the_request_limit_stops_the_worker_naming_it(
     (big_record,) = [f for f in fed if f.kind == "big"]
     worker, task = await start(app, tmp_path / "state")
     try:
-        with pytest.raises(WorkerStopped) as raised:
-            await asyncio.wait_for(asyncio.shield(task), 60)
-        aborts = worker.producer.transactions_aborted
+        await wait_committed(bootstrap_servers, app.conf.id, [source], outputs=[out])
+        assert not task.done() and worker.error is None
     finally:
-        if not task.done():
-            await stop(worker, task)
-    message = str(raised.value)
-    assert f"{source}[0]@{big_record.offset}" in message, message
-    assert "agent process[0]" in message and "RecordRejectedError" in message
-    assert f"{source}.dlq" in message
-    # The failed attempt, and the stop's own abort: the dead letter is refused before it is sent.
-    assert aborts <= 2
+        await stop(worker, task)
     data = await read_topics(bootstrap_servers, [out, f"{source}.dlq"])
-    assert data[f"{source}.dlq"] == []
+    (dead,) = data[f"{source}.dlq"]
+    assert dead.header(H_SOURCE_OFFSET) == str(big_record.offset).encode()
+    assert dead.header(H_TRUNCATED) == b"value"
+    assert dead.header(H_ORIGINAL_SIZE) == str(len(big)).encode()
+    assert dead.value is not None and big.startswith(dead.value)
+    assert 32 * 1024 < len(dead.value) < 64 * 1024
     outputs = lineage(data[out])
     assert all(count == 1 for count in outputs.values())
-    assert (0, big_record.offset) not in outputs
+    assert set(outputs) == {(f.partition, f.offset) for f in fed if f.kind == "good"}

@@ -41,15 +41,31 @@ async def test_counts_each_record_once(bootstrap_servers: str, unique: str, tmp_
         await wait_until(all_out)
         assert worker.producer.transactions_committed > 0
 
-    out = (await read_topics(bootstrap_servers, [f"out-{unique}"]))[f"out-{unique}"]
+    source = f"in-{unique}"
+    read = await read_topics(bootstrap_servers, [f"out-{unique}", source])
+    out, inputs = read[f"out-{unique}"], read[source]
     assert len(out) == len(keys)
     expected = Counter(keys)
     per_key: dict[str, list[int]] = {}
+    # Each output names the input record it came from (src_* headers): one of the same key,
+    # the n-th of its key for the count n, each input once.
+    nth: dict[tuple[int, int], tuple[str, int]] = {}
+    seen: Counter[str] = Counter()
+    for record in inputs:
+        key = record.key.decode()
+        seen[key] += 1
+        nth[(record.partition, record.offset)] = (key, seen[key])
+    sources = []
     for record in out:
-        per_key.setdefault(record.key.decode(), []).append(json.loads(record.value))
+        key, value = record.key.decode(), json.loads(record.value)
+        per_key.setdefault(key, []).append(value)
+        assert record.header("src_topic") == source.encode(), record
+        origin = (int(record.header("src_partition")), int(record.header("src_offset")))
+        assert nth.get(origin) == (key, value), f"{key}={value} names input {origin}"
+        sources.append(origin)
+    assert sorted(sources) == sorted(nth), "each input record is the source of one output"
     for key, values in per_key.items():
         assert values == list(range(1, expected[key] + 1)), key
-        assert record.header("src_offset") is not None
     changelog = await read_topics(bootstrap_servers, [f"count-{unique}-counts-changelog"])
     # Table keys are JSON in the changelog, as Faust writes them.
     final = {

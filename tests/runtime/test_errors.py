@@ -14,6 +14,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 
 from streams_app import App, WorkerStopped
 from streams_app.readback import read_topics
+from streams_app.runtime.dead_letter_size import H_ORIGINAL_SIZE, H_TRUNCATED
 from streams_app.runtime.errors_policy import (
     H_ATTEMPTS,
     H_ERROR_TYPE,
@@ -22,7 +23,7 @@ from streams_app.runtime.errors_policy import (
 )
 from streams_app.transport.base import TopicSpec
 from tests.kafka.helpers import create_topics
-from tests.runtime.helpers import running_worker, wait_until
+from tests.runtime.helpers import await_started, running_worker, wait_until
 
 
 def failing_app(
@@ -125,7 +126,7 @@ async def test_stop_policy_stops_the_worker_with_nothing_partial_visible(
     app = failing_app(unique, bootstrap_servers, attempts, fail_times=99, error_policy="stop")
     worker = app.worker(state_dir=tmp_path / "s")
     run = asyncio.create_task(worker.run())
-    await worker.started.wait()
+    await await_started(worker, run)
     await feed(app, f"in-{unique}", RECORDS)
     with pytest.raises(WorkerStopped, match=rf"in-{unique}\[0\]@2"):
         await asyncio.wait_for(run, 60)
@@ -217,29 +218,35 @@ async def limit_topic(bootstrap: str, topic: str, max_bytes: int) -> None:
     await wait_until(refused, timeout=30, interval=0.2)
 
 
-async def test_a_dead_letter_the_topic_refuses_stops_the_worker_instead_of_looping(
+async def test_a_dead_letter_the_topic_refuses_is_sent_again_truncated(
     bootstrap_servers: str, unique: str, tmp_path: Path
 ) -> None:
     """The dead-letter topic takes at most 2 kB (its max.message.bytes, lowered while the
-    worker runs): the broker refuses the copy of a 5 kB poison record at commit. Retrying would
-    fail the same way forever, so the worker stops, naming the record."""
+    worker runs, so the worker cannot know): the broker refuses the copy of a 5 kB poison record
+    at commit. Retrying it whole would fail the same way forever, and stopping would block
+    every partition at every restart: the record is dead-lettered again, truncated to its
+    first kilobyte, and the worker goes on (runtime/dead_letter_size.py)."""
     attempts: dict[int, int] = {}
     app = failing_app(unique, bootstrap_servers, attempts, fail_times=0)
     topic = f"in-{unique}"
-    worker = app.worker(state_dir=tmp_path / "s")
-    run = asyncio.create_task(worker.run())
-    await asyncio.wait_for(worker.started.wait(), 60)
-    await limit_topic(bootstrap_servers, f"{topic}.dlq", 2000)
-    async with app.producer() as producer:
-        await producer.send(topic, key="a", value=1, partition=0)
-        raw = app.topic("raw-view", value_serializer="raw")
-        raw.name = topic
-        await producer.send(raw, key=None, value=b"x" * 5000, partition=0)  # not an int
-    with pytest.raises(WorkerStopped, match=rf"cannot dead-letter {topic}\[0\]@1 \(DecodeError\)"):
-        await asyncio.wait_for(run, 60)
-    assert worker.producer.transactions_aborted <= 2
+    async with running_worker(app, tmp_path / "s") as worker:
+        await limit_topic(bootstrap_servers, f"{topic}.dlq", 2000)
+        async with app.producer() as producer:
+            await producer.send(topic, key="a", value=1, partition=0)
+            raw = app.topic("raw-view", value_serializer="raw")
+            raw.name = topic
+            await producer.send(raw, key=None, value=b"x" * 5000, partition=0)  # not an int
+            await producer.send(topic, key="a", value=2, partition=0)
+        await wait_until(lambda: worker.dead_lettered == 1 and worker.records_processed >= 2)
+        assert worker.producer.transactions_aborted <= 2
     dlq = (await read_topics(bootstrap_servers, [f"{topic}.dlq"]))[f"{topic}.dlq"]
-    assert [r for r in dlq if r.header(H_SOURCE_OFFSET) is not None] == []
+    dlq = [r for r in dlq if r.header(H_SOURCE_OFFSET) is not None]  # not limit_topic's probes
+    assert len(dlq) == 1
+    assert dlq[0].value == b"x" * 1024
+    assert dlq[0].header(H_TRUNCATED) == b"value"
+    assert dlq[0].header(H_ORIGINAL_SIZE) == b"5000"
+    assert dlq[0].header(H_SOURCE_OFFSET) == b"1"
+    assert [v for _, v in (await outputs(bootstrap_servers, unique))["echo"]] == [1, 2]
 
 
 async def test_a_failing_group_by_key_mid_batch_aborts_cleanly(
@@ -292,7 +299,7 @@ async def test_an_output_the_broker_refuses_at_commit_stops_the_worker_naming_th
     topic, echo = f"in-{unique}", f"echo-{unique}"
     worker = app.worker(state_dir=tmp_path / "s")
     run = asyncio.create_task(worker.run())
-    await asyncio.wait_for(worker.started.wait(), 60)
+    await await_started(worker, run)
     await limit_topic(bootstrap_servers, echo, 2000)
     async with app.producer() as producer:
         await producer.send(topic, key="a", value=10**4000, partition=0)  # 4001 digits

@@ -114,3 +114,37 @@ def test_send_to_a_missing_topic_names_it_in_a_few_lines(
     assert f"topic {topic!r} does not exist on {bootstrap_servers}" in failed.stderr
     # One line of our own, not a client retrying for its metadata all along.
     assert len(failed.stderr.strip().splitlines()) <= 3, failed.stderr
+
+
+def test_send_raw_sends_the_bytes_as_given(
+    send,
+    bootstrap_servers: str,
+    unique: str,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--raw``: what a worker will dead-letter (not JSON, not the model, not UTF-8), to test
+    one's dead-letter handling; the topic checks still apply."""
+    topic = f"typed-orders-{unique}"
+    asyncio.run(create_topics(bootstrap_servers, TopicSpec(topic, 2, 1)))
+    code, _, err = send(topic, "{not json")
+    assert code == 2 and "not JSON" in err  # checked, without --raw
+
+    code, out, err = send(topic, "--raw", "--key", "apple", "{not json", "--partition", "1")
+    assert code == 0 and f"sent to {topic}[1]" in out, err
+    path = tmp_path / "blob"
+    path.write_bytes(b"\xff\x00binary")
+    code, _, err = send(topic, "--raw", "--file", str(path))
+    assert code == 0, err
+    stdin = io.TextIOWrapper(io.BytesIO(b'{"qty": "two"}'))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    code, _, err = send(topic, "--raw", "-")
+    assert code == 0, err
+    code, _, err = send(f"{topic}.dlq", "--raw", "x")
+    assert code == 2 and "refusing to send" in err  # still a framework topic
+
+    records = asyncio.run(read_topics(bootstrap_servers, [topic]))[topic]
+    assert sorted((r.key or b"", r.value) for r in records) == sorted(
+        [(b"apple", b"{not json"), (b"", b"\xff\x00binary"), (b"", b'{"qty": "two"}')]
+    )
+    assert [r.key for r in records if r.value == b"{not json"] == [b"apple"]

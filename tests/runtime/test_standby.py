@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from streams_app.testing.workers import WorkerProcess
@@ -27,15 +29,43 @@ KEYS = 100_000  # mostly distinct keys: one changelog record per input (no per-c
 
 _ASSIGNED = re.compile(r"Setting newly assigned partitions (.*) for group")
 _PARTITION = re.compile(r"partition=(\d+)")
-_RESTORING = re.compile(r"restoring \d+ changelog partition\(s\): (.*)$", re.M)
-_RANGE = re.compile(r"\[(\d+)\] \[(\d+), (\d+)\)")
-_RESTORED = re.compile(r"restored \S+-sums-changelog\[(\d+)\]: (\d+) record\(s\)")
 
 
 def last_assignment(worker: WorkerProcess) -> set[int]:
     found = _ASSIGNED.findall(worker.log_since_start())
     assert found, f"{worker.name} logged no assignment:\n{worker.tail()}"
     return {int(p) for p in _PARTITION.findall(found[-1])}
+
+
+async def assignment(worker: WorkerProcess) -> dict[str, Any]:
+    """The worker's ``/assignment``: its tasks, and how each task's table partition was last
+    restored (``restored``: the offset its store held, the range read)."""
+    url = await asyncio.to_thread(worker.wait_web_url)
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
+        session.get(f"{url}/assignment") as response,
+    ):
+        assert response.status == 200, await response.text()
+        body: dict[str, Any] = await response.json()
+        return body
+
+
+async def restores(worker: WorkerProcess) -> dict[int, dict[str, Any] | None]:
+    """Partition of the sums table -> its last restore on ``worker``, for each active task."""
+    return {
+        table["partition"]: table["restored"]
+        for task in (await assignment(worker))["tasks"]
+        for table in task["tables"]
+        if table["table"] == "sums"
+    }
+
+
+def assert_resumed(p: int, restore: dict[str, Any] | None) -> None:
+    """Restored from the offset the store held (its standby's), not from the beginning."""
+    assert restore is not None, f"changelog[{p}]: no restore recorded for its task"
+    assert not restore["wiped"] and restore["stored_offset"] == restore["from_offset"] > 0, (
+        f"changelog[{p}] was restored from the beginning: {restore}"
+    )
 
 
 @pytest.mark.slow
@@ -84,6 +114,7 @@ async def test_failover_to_a_standby_restores_only_the_tail_and_stays_exactly_on
             lambda: observer.committed_equals_end(group, source), timeout=180, interval=0.2
         )
         assert moved <= last_assignment(survivor), "the survivor did not take the tasks over"
+        restored = await restores(survivor)
         assert survivor.terminate() == 0, survivor.tail()
     finally:
         await observer.__aexit__()
@@ -91,25 +122,20 @@ async def test_failover_to_a_standby_restores_only_the_tail_and_stays_exactly_on
             if worker.running:
                 worker.kill()
 
-    # Tail only: the survivor's restore of each moved changelog partition starts where its
-    # standby had got to, not at the beginning (a fresh store starts at 0), and reads a small
-    # part of what the partition held when the victim died.
-    log = survivor.log_since_start()
-    starts = {
-        int(p): int(start)
-        for line in _RESTORING.findall(log)
-        for p, start, _end in _RANGE.findall(line)
-    }
-    restored: dict[int, int] = {}
-    for p, n in _RESTORED.findall(log):
-        restored[int(p)] = restored.get(int(p), 0) + int(n)
+    # Tail only: the survivor's restore of each moved changelog partition (as its /assignment
+    # reports it, for every task it took over, an empty range included) starts where its
+    # standby had got to, not at the beginning (a fresh store starts at 0), reads up to at
+    # least what the partition held when the victim died (so it is the failover's restore),
+    # and reads a small part of it.
+    ends = {tp.partition: end for tp, end in ends_at_kill.items()}
     for p in moved:
-        assert starts.get(p) != 0, f"changelog[{p}] was restored from the beginning"
-    held = sum(n for tp, n in ends_at_kill.items() if tp.partition in moved)
-    tail = sum(restored.get(p, 0) for p in moved)
+        assert_resumed(p, restored.get(p))
+        assert restored[p]["to_offset"] >= ends[p], f"changelog[{p}]: {restored[p]}"
+    held = sum(ends[p] for p in moved)
+    tail = sum(restored[p]["to_offset"] - restored[p]["from_offset"] for p in moved)
     assert held > BEFORE // 4, "the moved tasks' changelogs are unexpectedly short"
-    assert tail < held // 2, f"restored {tail} of {held} changelog records: not a tail"
-    print(f"standby failover: restored {tail} of {held} changelog records of tasks {moved}")
+    assert tail < held // 2, f"restored {tail} of {held} changelog offsets: not a tail"
+    print(f"standby failover: restored {tail} of {held} changelog offsets of tasks {moved}")
 
     outcome = await check_keyed_sum(bootstrap_servers, unique, exactly_once=True)
     assert outcome.inputs == BEFORE + DURING
@@ -151,7 +177,9 @@ async def test_a_worker_behind_warms_up_first_and_takes_tasks_only_once_caught_u
         # Its first generation: warm-ups only; the owner, caught up, keeps every task.
         assert last_assignment(newcomer) == set(), newcomer.tail()
         assert last_assignment(owner) == {0, 1, 2, 3}, owner.tail()
-        assert "restoring " not in newcomer.log_since_start()
+        first = await assignment(newcomer)
+        assert first["tasks"] == [], first  # nothing active, so nothing restored
+        assert {s["task"] for s in first["standbys"]} == {"0_0", "0_1", "0_2", "0_3"}, first
 
         # The probing rebalance moves tasks to the newcomer. The two workers log that
         # generation's assignment each in its own time (the owner may still be finishing a
@@ -170,6 +198,7 @@ async def test_a_worker_behind_warms_up_first_and_takes_tasks_only_once_caught_u
         await wait_until(
             lambda: observer.committed_equals_end(group, source), timeout=180, interval=0.2
         )
+        restored = await restores(newcomer)
         assert newcomer.terminate() == 0, newcomer.tail()
         assert owner.terminate() == 0, owner.tail()
     finally:
@@ -179,13 +208,8 @@ async def test_a_worker_behind_warms_up_first_and_takes_tasks_only_once_caught_u
                 worker.kill()
 
     # The moved tasks were restored from the warm-up's offsets, never from the beginning.
-    starts = {
-        int(p): int(start)
-        for line in _RESTORING.findall(newcomer.log_since_start())
-        for p, start, _end in _RANGE.findall(line)
-    }
     for p in taken:
-        assert starts.get(p) != 0, f"changelog[{p}] was restored from the beginning"
+        assert_resumed(p, restored.get(p))
     outcome = await check_keyed_sum(bootstrap_servers, unique, exactly_once=True)
     assert outcome.inputs == BEFORE + DURING
     assert (outcome.duplicates, outcome.missing, outcome.wrong, outcome.extra) == (0, 0, 0, 0), (

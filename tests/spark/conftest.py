@@ -16,16 +16,19 @@ import pytest
 from pyspark.sql import SparkSession
 
 from streams_app.spark.session import spark_session
+from tests import figures
 from tests.spark.support import TEST_CONF
 
 _TIMINGS: dict[str, float] = {}
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
     started = time.monotonic()
     session = spark_session("streams_app-tests", "local[2]", conf=TEST_CONF)
-    _TIMINGS["SparkSession start (incl. connector jars)"] = time.monotonic() - started
+    seconds = time.monotonic() - started
+    _TIMINGS["SparkSession start (incl. connector jars)"] = seconds
+    figures.record_startup(request.config, "Spark", start=seconds)
     try:
         yield session
     finally:

@@ -31,7 +31,11 @@ def test_sigkill_never_tears_a_batch(
 ) -> None:
     path = tmp_path / "p"
     extra = ["none" if flush_interval is None else str(flush_interval), str(write_behind)]
-    rng = random.Random()
+    # The kill moments come from this seed, printed (pytest shows it for a failing test):
+    # STREAMS_APP_CRASH_SEED replays a run's moments (as closely as the child's timing allows).
+    seed = int(os.environ.get("STREAMS_APP_CRASH_SEED") or random.randrange(1_000_000))
+    print(f"kill moments from seed {seed} (STREAMS_APP_CRASH_SEED={seed} to replay)")
+    rng = random.Random(seed)
     previous = 0
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     for _ in range(ROUNDS):

@@ -1,5 +1,5 @@
 """Restoring store partitions from changelogs written by a transactional producer, on the real
-embedded broker: committed state only, tail-only restores, wipes, and stalls on open
+embedded broker: committed state only, tail-only restores, wipes, refusals, and stalls on open
 transactions.
 
 The consumer and offsets sources are thin adapters over raw aiokafka (a read_committed consumer,
@@ -24,6 +24,7 @@ from streams_app.state import (
     StorePartition,
     restore_partitions,
 )
+from streams_app.state.errors import ChangelogBeyondEnd
 from streams_app.transport.base import TopicPartition
 
 pytestmark = pytest.mark.kafka
@@ -131,7 +132,7 @@ async def changelog(bootstrap_servers: str, unique: str) -> AsyncIterator[Change
         await log.producer.stop()
 
 
-async def test_restore_committed_state_then_only_the_tail_then_wipe_when_beyond_end(
+async def test_restore_committed_state_then_only_the_tail_then_refuse_when_beyond_end(
     store: Store, changelog: Changelog, clients: tuple[RestoreConsumer, Offsets]
 ) -> None:
     consumer, offsets = clients
@@ -175,13 +176,14 @@ async def test_restore_committed_state_then_only_the_tail_then_wipe_when_beyond_
     assert (third.from_offset, third.to_offset, third.records) == (16, 16, 0)
     assert not third.read_anything
 
-    # A stored offset beyond the end (the topic was recreated): wipe and restore it all.
-    part.write({b"stale": b"x"}, 1000)
-    fourth = (await restore_partitions({tp: part}, consumer, offsets))[tp]
-    assert fourth.wiped and fourth.stored_offset == 1000
-    assert (fourth.from_offset, fourth.to_offset, fourth.records) == (0, 16, 8)
-    assert dict(part.items()) == {b"k1": b"v1b", b"k5": b"v5", b"k6": b"v6"}
-    assert part.changelog_offset == 16
+    # A stored offset beyond the end (the changelog was deleted and recreated): the store may
+    # hold the only copy of the table, so restore refuses, and leaves the store as it is.
+    part.write({b"only-here": b"x"}, 1000)
+    with pytest.raises(ChangelogBeyondEnd) as info:
+        await restore_partitions({tp: part}, consumer, offsets)
+    assert info.value.partitions == {(tp.topic, tp.partition): (1000, 16)}
+    assert dict(part.items())[b"only-here"] == b"x"
+    assert part.changelog_offset == 1000
 
 
 async def test_a_tail_of_only_aborted_records_and_markers_still_reaches_the_end(

@@ -119,6 +119,13 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "rocksdb_max_open_files": [0, 10, -2, 64.0, "64", None],
     "rocksdb_write_behind_interval": [-0.5, 61, float("nan"), True, "1", None],
     "rocksdb_write_behind_bytes": [-1, 1.5, "16", True, None],
+    # 9 s plus the commit interval does not fit in 90% of the 10 s transaction timeout.
+    "processing_timeout": [0, -1, NAN, INF, "5", True, 9],
+    "stall_intervals": [0, -1, 1.5, "30", None, True],
+    # 5 s is not above the 8 s processing timeout a 10 s transaction timeout leaves.
+    "liveness_timeout": [0, -1, NAN, "60", True, 5],
+    "missing_topic_timeout": [0, -1, NAN, INF, "60", None],
+    "shutdown_timeout": [0, -1, NAN, INF, "10", None],
 }
 
 #: Settings whose wrong values only make sense next to others (TLS or SASL on).
@@ -203,6 +210,21 @@ def test_relations_between_settings() -> None:
     assert info.value.setting == "restore_timeout"
     # Under at-least-once there is no transaction to wait for.
     App("app", restore_timeout=5, processing_guarantee="at_least_once")
+    # A transaction lasts a commit interval plus the batch in progress: room must be left.
+    with pytest.raises(ConfigError, match="leaves no time for processing") as info:
+        App("app", commit_interval=9.5, transaction_timeout=10)
+    assert info.value.setting == "commit_interval"
+
+
+def test_processing_timeout_is_derived_from_what_it_must_fit_in() -> None:
+    eos = App("app").conf
+    # 90% of what fits: 0.9 * (0.9 * 10 s - 0.1 s).
+    assert eos.effective_processing_timeout == pytest.approx(8.01)
+    assert eos.effective_processing_timeout + 0.1 < 0.9 * eos.transaction_timeout
+    assert eos.effective_liveness_timeout == 60.0
+    alos = App("app", processing_guarantee="at_least_once").conf
+    assert alos.effective_processing_timeout + 1.0 < 0.9 * alos.max_poll_interval
+    assert App("app", processing_timeout=2.5).conf.effective_processing_timeout == 2.5
 
 
 @pytest.mark.parametrize(

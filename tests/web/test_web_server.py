@@ -230,6 +230,19 @@ async def test_ready_flips_after_restore_and_metrics_count_the_records(
                 "0_0": "counts",
                 "0_1": "counts",
             }
+            # How each table partition came up here: an empty store restored from offset 0
+            # to the end of its changelog (records and markers) as it stood.
+            for task in body["tasks"]:
+                (table,) = [t for t in task["tables"] if t["table"] == "counts"]
+                restored = table["restored"]
+                assert restored["records"] > 0, restored
+                assert {**restored, "records": 1} == {
+                    "stored_offset": None,
+                    "from_offset": 0,
+                    "to_offset": restored_ends[table["partition"]],
+                    "records": 1,
+                    "wiped": False,
+                }
 
             status, text = await get(session, f"{url}/metrics")
             assert status == 200
@@ -258,7 +271,7 @@ async def test_ready_flips_after_restore_and_metrics_count_the_records(
             assert samples[("streams_app_tasks", (("state", "running"),))] == 2
             # Restore read every offset of the changelog as it stood (records and markers).
             restored = samples[("streams_app_restored_records_total", (("topic", changelog),))]
-            read = sum(r.to_offset - r.from_offset for r in worker.tasks.restores)
+            read = sum(r.to_offset - r.from_offset for r in worker.tasks.restores.values())
             assert restored == read and 1002 <= read <= sum(restored_ends.values())
             assert ("streams_app_restore_remaining_records", ()) not in samples
             assert samples[("process_resident_memory_bytes", ())] > 0

@@ -31,18 +31,22 @@ pytestmark = pytest.mark.kafka
 
 def live_windows(data: Dataset, finals: dict[str, Counter[tuple[str, int, int]]]) -> dict[str, Any]:
     """The windows retention still keeps once each partition's stream time is at its end
-    (retention: Kafka Streams' defaults, size + grace, 2 * size + grace, gap + grace)."""
+    (retention: Kafka Streams' defaults, size + grace, 2 * size + grace, gap + grace; sliding
+    windows' counted from the newest window start, as Kafka Streams' window store counts it)."""
     s = data.sizes
     end = {p: max(r.ts for r in records) for p, records in data.by_partition().items()}
     partition = {r.key: r.partition for r in data.records}
-    retention = {
-        "tumbling": lambda w: w[1] + s.tumbling + s.grace,
-        "hopping": lambda w: w[1] + s.hopping + s.grace,
-        "sliding": lambda w: w[1] + 2 * s.sliding + s.grace,
-        "session": lambda w: w[2] + s.session_gap + s.grace,
+    newest: dict[int, int] = {}
+    for w in finals["sliding"]:
+        newest[partition[w[0]]] = max(newest.get(partition[w[0]], w[1]), w[1])
+    kept = {
+        "tumbling": lambda w, p: w[1] + s.tumbling + s.grace >= end[p],
+        "hopping": lambda w, p: w[1] + s.hopping + s.grace >= end[p],
+        "sliding": lambda w, p: w[1] + 2 * s.sliding + s.grace > newest[p],
+        "session": lambda w, p: w[2] + s.session_gap + s.grace >= end[p],
     }
     return {
-        kind: {w: n for w, n in finals[kind].items() if retention[kind](w) >= end[partition[w[0]]]}
+        kind: {w: n for w, n in finals[kind].items() if kept[kind](w, partition[w[0]])}
         for kind in KINDS
     }
 

@@ -25,13 +25,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import CollectorRegistry
 
+from streams_app.runtime.health import busy_agents, seconds_since_commit
 from streams_app.runtime.lag import partition_lags
 from streams_app.runtime.metrics import Histogram
 from streams_app.runtime.task import RESTORING, RUNNING
 from streams_app.runtime.web.views import readiness
 
 if TYPE_CHECKING:
-    from streams_app.runtime.worker import Worker
+    from streams_app.runtime.view import WorkerView
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 PREFIX = "streams_app_"
@@ -66,7 +67,7 @@ def _per(
 class WorkerCollector:
     """Reads one worker at scrape time (a ``prometheus_client`` collector)."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: WorkerView) -> None:
         self.worker = worker
 
     def describe(self) -> Iterable[Metric]:
@@ -83,7 +84,8 @@ class WorkerCollector:
             "The worker: app id, processing guarantee, transactional id (value 1).",
             labels=["app", "guarantee", "transactional_id"],
         )
-        producer = worker._producer
+        parts = worker.parts
+        producer = parts.producer if parts is not None else None
         info.add_metric(
             [app, worker.conf.processing_guarantee, (producer and producer.transactional_id) or ""],
             1,
@@ -92,7 +94,7 @@ class WorkerCollector:
         ready, _ = readiness(worker)
         yield _gauge(
             "ready",
-            "1 when every task is restored and running (what /ready answers 200 for).",
+            "1 when the worker can make progress (what /ready answers 200 for).",
             app,
             1 if ready else 0,
         )
@@ -140,7 +142,7 @@ class WorkerCollector:
             yield _histogram("producer_batch_records", batches, producer.stats.batch_records, app)
         else:  # not started: the family without samples, so its name is always declared
             yield HistogramMetricFamily(PREFIX + "producer_batch_records", batches, labels=["app"])
-        committer = worker._committer
+        committer = parts.committer if parts is not None else None
         yield _counter(
             "commits",
             "Commits that committed something.",
@@ -192,8 +194,7 @@ class WorkerCollector:
         )
         # Windowed tables (runtime.punctuator counts them as stream time moves).
         punctuator = worker.punctuator
-        late = {name: 0 for name, t in worker.app.tables.items() if t.window is not None}
-        late.update(punctuator.late_by_table)
+        windowed = {name: 0 for name, t in worker.app.tables.items() if t.window is not None}
         yield _per(
             CounterMetricFamily(
                 PREFIX + "late_records",
@@ -202,7 +203,19 @@ class WorkerCollector:
                 labels=["app", "table"],
             ),
             app,
-            late,
+            {**windowed, **punctuator.late_by_table},
+        )
+        yield _per(
+            CounterMetricFamily(
+                PREFIX + "dropped_window_updates",
+                "Window updates a windowed table dropped because that window had closed, per "
+                "table (Kafka Streams' dropped-records-total): one per window a record skipped, "
+                "late for some of its windows or all of them; once for a late sliding or "
+                "session record.",
+                labels=["app", "table"],
+            ),
+            app,
+            {**windowed, **punctuator.dropped_by_table},
         )
         yield _counter(
             "windows_emitted",
@@ -219,6 +232,34 @@ class WorkerCollector:
         yield from self._state_memory(app)
         yield from self._tasks(app)
         yield from self._restore(app)
+        yield from self._stalls(app)
+
+    def _stalls(self, app: str) -> Iterator[Metric]:
+        """Liveness (runtime/health.py): how long since each task's progress was committed, and
+        the agents holding the worker up."""
+        worker = self.worker
+        since = GaugeMetricFamily(
+            PREFIX + "seconds_since_commit",
+            "Per running task: seconds since a commit last carried its progress, while it has "
+            "records waiting (0: caught up and committed).",
+            labels=["app", "task"],
+        )
+        for task, seconds in sorted(seconds_since_commit(worker).items()):
+            since.add_metric([app, task], seconds)
+        yield since
+        yield _gauge(
+            "stuck_agents",
+            "Agents busy on what they were handed for longer than the stall bound "
+            "(stall_intervals commit intervals); processing_timeout fails their record.",
+            app,
+            len(busy_agents(worker, worker.conf.stall_seconds)),
+        )
+        yield _counter(
+            "processing_timeouts",
+            "Records that failed because their agent took longer than processing_timeout.",
+            app,
+            worker.watchdog.timeouts,
+        )
 
     def _state_memory(self, app: str) -> Iterator[Metric]:
         """The state budgets of docs/memory.md: the read cache and the uncommitted writes."""
@@ -261,7 +302,8 @@ class WorkerCollector:
             app,
             uncommitted.bytes,
         )
-        committer = self.worker._committer
+        parts = self.worker.parts
+        committer = parts.committer if parts is not None else None
         yield _counter(
             "early_commits",
             "Commits made because the pending table writes outgrew state_uncommitted_max_bytes.",
@@ -271,7 +313,7 @@ class WorkerCollector:
 
     def _tasks(self, app: str) -> Iterator[Metric]:
         worker = self.worker
-        tasks = worker._tasks
+        parts = worker.parts
         states = GaugeMetricFamily(
             PREFIX + "tasks", "Tasks this worker owns, by state.", labels=["app", "state"]
         )
@@ -297,24 +339,24 @@ class WorkerCollector:
             "while a transaction is open; stuck there, a hanging transaction.",
             labels=["app", "topic", "partition"],
         )
-        if tasks is not None:
+        if parts is not None:
+            tasks = parts.tasks
             counts = {RUNNING: 0, RESTORING: 0}
             for task in tasks.tasks.values():
                 counts[task.state] = counts.get(task.state, 0) + 1
             for state, count in sorted(counts.items()):
                 states.add_metric([app, state], count)
-            if worker._consumer is not None:
-                for entry in partition_lags(tasks, worker.consumer):
-                    labels = [app, entry.tp.topic, str(entry.tp.partition)]
-                    if entry.lag is not None:
-                        lag.add_metric(labels, entry.lag)
-                    if entry.committed is not None:
-                        committed.add_metric(labels, entry.committed)
-                    if entry.end is not None:
-                        end.add_metric(labels, entry.end)
-                    if entry.stable is not None:
-                        stable.add_metric(labels, entry.stable)
-        group = worker._committer.group if worker._committer is not None else None
+            for entry in partition_lags(tasks, parts.consumer):
+                labels = [app, entry.tp.topic, str(entry.tp.partition)]
+                if entry.lag is not None:
+                    lag.add_metric(labels, entry.lag)
+                if entry.committed is not None:
+                    committed.add_metric(labels, entry.committed)
+                if entry.end is not None:
+                    end.add_metric(labels, entry.end)
+                if entry.stable is not None:
+                    stable.add_metric(labels, entry.stable)
+        group = parts.committer.group if parts is not None else None
         yield states
         yield lag
         yield committed
@@ -360,7 +402,7 @@ def _counter(name: str, documentation: str, app: str, value: float) -> CounterMe
     return family
 
 
-def worker_registry(worker: Worker) -> CollectorRegistry:
+def worker_registry(worker: WorkerView) -> CollectorRegistry:
     """A registry of this worker's metrics, plus the process's (CPU, memory, files)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(WorkerCollector(worker))

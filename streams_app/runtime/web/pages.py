@@ -9,8 +9,9 @@ dict or list (JSON), a str (text), bytes, or None (204).
 
 A view tagged with Faust's ``table_route`` (``page.route``, kind ``"table"``) is answered by
 the worker that owns the key's table partition: another worker's request is redirected there,
-as ``/tables`` does. The view runs with the worker as ``current_runtime``, so
-``table.local_items()`` and ``topic.send`` (outside a transaction's event) work inside it.
+as ``/tables`` does. The view runs with the worker as ``current_runtime``, so ``table[key]``
+(the committed state, runtime/local_reads.py), ``table.local_items()`` and ``topic.send``
+(outside any transaction) work inside it.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from streams_app.app.context import current_runtime
 from streams_app.app.pages import Page
 from streams_app.runtime.web.queries import jsonable, owner_of, parse_key
+from streams_app.topology.contract import current_runtime
 
 if TYPE_CHECKING:
-    from streams_app.runtime.worker import Worker
+    from streams_app.runtime.view import WorkerView
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ METHODS = ("get", "post", "put", "patch", "delete")
 class Web:
     """What a view gets as ``web``: response makers (Faust's ``View`` helpers)."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: WorkerView) -> None:
         self.worker = worker
         self.app = worker.app
 
@@ -78,7 +79,7 @@ class Web:
         return self.error(404, reason, **context)
 
 
-def _instantiate(cls: type[Any], worker: Worker, helper: Web) -> Any:
+def _instantiate(cls: type[Any], worker: WorkerView, helper: Web) -> Any:
     try:
         parameters = inspect.signature(cls).parameters
     except (TypeError, ValueError):
@@ -99,7 +100,7 @@ def _response(result: Any) -> web.StreamResponse:
 
 
 def handlers(
-    worker: Worker, page: Page, helper: Web
+    worker: WorkerView, page: Page, helper: Web
 ) -> dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]]:
     """``{HTTP method: aiohttp handler}`` for one page."""
     view = page.view
@@ -124,7 +125,7 @@ def handlers(
             redirect = _route(worker, page, request)
             if redirect is not None:
                 return redirect
-            token = current_runtime.set(worker)
+            token = current_runtime.set(worker.runtime)
             try:
                 result = await call(request, **request.match_info)
             except web.HTTPException:
@@ -141,7 +142,7 @@ def handlers(
     return {method: make(call) for method, call in calls.items()}
 
 
-def _route(worker: Worker, page: Page, request: web.Request) -> web.StreamResponse | None:
+def _route(worker: WorkerView, page: Page, request: web.Request) -> web.StreamResponse | None:
     """Faust's ``table_route``: redirect to the worker owning the key's partition."""
     route = page.route
     if route is None or getattr(route, "kind", None) != "table":

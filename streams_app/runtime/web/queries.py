@@ -31,7 +31,7 @@ from streams_app.transport.base import TopicPartition
 
 if TYPE_CHECKING:
     from streams_app.app.table import Table
-    from streams_app.runtime.worker import Worker
+    from streams_app.runtime.view import WorkerView
 
 
 @dataclass
@@ -88,7 +88,7 @@ def parse_key(table: Table, text: str) -> Any:
         return table.user_key_codec.loads(json.dumps(text).encode())
 
 
-def owner_of(worker: Worker, table: Table, raw_key: bytes) -> Owner | None:
+def owner_of(worker: WorkerView, table: Table, raw_key: bytes) -> Owner | None:
     """Which task and worker hold ``raw_key``'s partition of ``table`` (None before the
     worker planned its topology)."""
     plan = worker.plan
@@ -98,12 +98,12 @@ def owner_of(worker: Worker, table: Table, raw_key: bytes) -> Owner | None:
     count = plan.partition_counts[changelog]
     partition = worker.transport.partition_for_key(raw_key, count)
     task_id = TaskId(plan.groups[count], partition)
-    tasks = worker._tasks
-    if tasks is not None and task_id in tasks.tasks:
+    parts = worker.parts
+    if parts is not None and task_id in parts.tasks.tasks:
         return Owner(partition, task_id, worker.web_url, True)
     address = None
-    if worker._consumer is not None:
-        hosts = worker.consumer.partition_hosts()
+    if parts is not None:
+        hosts = parts.consumer.partition_hosts()
         for topic in plan.input_topics:
             if plan.partition_counts.get(topic) == count:
                 address = hosts.get(TopicPartition(topic, partition))
@@ -113,7 +113,7 @@ def owner_of(worker: Worker, table: Table, raw_key: bytes) -> Owner | None:
     return Owner(partition, task_id, address, local)
 
 
-def query_table(worker: Worker, name: str, key_text: str, *, forwarded: bool) -> Answer:
+def query_table(worker: WorkerView, name: str, key_text: str, *, forwarded: bool) -> Answer:
     table = worker.app.tables.get(name)
     if table is None:
         return Answer(404, {"error": f"no table {name!r}", "tables": sorted(worker.app.tables)})
@@ -138,8 +138,9 @@ def query_table(worker: Worker, name: str, key_text: str, *, forwarded: bool) ->
     if owner is None:
         return Answer(503, {**base, "error": "the worker is starting"}, headers=_retry())
     base["partition"] = owner.partition
-    if owner.local and worker._tasks is not None and owner.task in worker.tasks.tasks:
-        task = worker.tasks.tasks[owner.task]
+    parts = worker.parts
+    if owner.local and parts is not None and owner.task in parts.tasks.tasks:
+        task = parts.tasks.tasks[owner.task]
         if task.state != RUNNING:
             return Answer(
                 503,
@@ -172,7 +173,7 @@ def query_table(worker: Worker, name: str, key_text: str, *, forwarded: bool) ->
 
 
 def _windows(
-    worker: Worker, table: Table, key: Any, partition: int, base: dict[str, Any]
+    worker: WorkerView, table: Table, key: Any, partition: int, base: dict[str, Any]
 ) -> Answer:
     """Every committed window of ``key`` in a windowed table, in start order (one prefix seek,
     see ``state.windowed``); Kafka Streams' ``fetch(key, from, to)`` over all time."""

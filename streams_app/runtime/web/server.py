@@ -35,7 +35,7 @@ from streams_app.errors import ConfigError, TopologyError
 from streams_app.runtime.web import exposition, pages, queries, views
 
 if TYPE_CHECKING:
-    from streams_app.runtime.worker import Worker
+    from streams_app.runtime.view import WorkerView
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def url(host: str, port: int) -> str:
 
 
 class WebServer:
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: WorkerView) -> None:
         self.worker = worker
         self.registry = exposition.worker_registry(worker)
         self._runner: web.AppRunner | None = None

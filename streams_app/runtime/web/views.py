@@ -1,14 +1,17 @@
 """What ``/health``, ``/ready`` and ``/assignment`` say about a worker: plain data, no HTTP.
 
-- **health** (Kubernetes liveness): the worker's event loop answers and the worker has not
-  stopped or failed. A worker that is restoring for ten minutes is alive.
-- **ready** (Kubernetes readiness): started, holding an assignment of the current generation
-  (not in the middle of a rebalance), every task restored and running, not stopping. As Kafka
-  Streams' ``State.RUNNING``: a worker in a rebalance or a restore is not ready, and its pod
-  leaves a Service's endpoints until it is.
+- **health** (Kubernetes liveness): the worker's event loop answers, the worker has not
+  stopped or failed, and it is not wedged (an agent busy or no commit while input waits, for
+  ``liveness_timeout``). A worker that is restoring for ten minutes, or waiting out a broker
+  outage, is alive.
+- **ready** (Kubernetes readiness): the worker can make progress: started, the cluster
+  reachable, its input topics there, holding an assignment of the current generation, every
+  task restored and running, no agent busy and no stall past the stall bound, not stopping.
+  The reasons and their order: :mod:`streams_app.runtime.health`.
 - **assignment**: this worker's tasks, their partitions with position / committed / end offsets
-  and lag, their table partitions with the changelog offset the local store holds, the standby
-  tasks, and the group's map of which address owns which partition.
+  and lag, their table partitions with the changelog offset the local store holds and how they
+  were last restored, the standby tasks, and the group's map of which address owns which
+  partition.
 
 Nothing here carries settings, record keys or values: these answers are for anyone who can
 reach the port.
@@ -19,45 +22,50 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from streams_app.runtime.health import liveness
+from streams_app.runtime.health import readiness as health_readiness
 from streams_app.runtime.lag import partition_lags
-from streams_app.runtime.task import RUNNING, Task
+from streams_app.runtime.task import Task
+from streams_app.state.restore import RestoreResult
+from streams_app.transport.base import TopicPartition
 
 if TYPE_CHECKING:
-    from streams_app.runtime.worker import Worker
+    from streams_app.runtime.view import WorkerView
 
 
-def health(worker: Worker) -> tuple[bool, dict[str, Any]]:
-    if worker.error is not None:
-        return False, {"status": "failed", "error": type(worker.error).__name__}
-    if worker.stopped.is_set():
-        return False, {"status": "stopped"}
-    return True, {"status": "ok", "app": worker.conf.id}
+def health(worker: WorkerView) -> tuple[bool, dict[str, Any]]:
+    """Liveness (:func:`streams_app.runtime.health.liveness`): 503 once stopped, failed, or
+    wedged past ``liveness_timeout``."""
+    verdict = liveness(worker)
+    if verdict.ok:
+        return True, {"status": "ok", **verdict.details}
+    return False, {"status": verdict.reason, **verdict.details}
 
 
-def readiness(worker: Worker) -> tuple[bool, dict[str, Any]]:
-    """(ready, why): the checks in order, the first that fails is the reason."""
-    alive, about = health(worker)
-    if not alive:
-        return False, {"ready": False, "reason": about["status"], **about}
-    if not worker.started.is_set():
-        return False, {"ready": False, "reason": "starting"}
-    if worker.stop_requested:
-        return False, {"ready": False, "reason": "stopping"}
-    committer = worker._committer
-    tasks = worker._tasks
-    if committer is None or tasks is None or committer.group is None:
-        return False, {"ready": False, "reason": "waiting for an assignment (rebalancing)"}
-    restoring = [str(t.id) for t in tasks.tasks.values() if t.state != RUNNING]
-    if restoring:
-        return False, {"ready": False, "reason": "restoring", "restoring_tasks": restoring}
-    return True, {
-        "ready": True,
-        "generation": committer.group.generation_id,
-        "tasks": len(tasks.tasks),
+def readiness(worker: WorkerView) -> tuple[bool, dict[str, Any]]:
+    """(ready, why): the first reason of :mod:`streams_app.runtime.health` that applies."""
+    verdict = health_readiness(worker)
+    return verdict.ok, verdict.body("ready")
+
+
+def _restored(result: RestoreResult | None) -> dict[str, Any] | None:
+    """How a task's table partition was last brought up to date here: the changelog offset
+    its store held, the range read (equal ends: nothing to read, as after a failover to a
+    caught-up standby; ``from_offset`` 0 with a long changelog: a restore from scratch)."""
+    if result is None:
+        return None
+    return {
+        "stored_offset": result.stored_offset,
+        "from_offset": result.from_offset,
+        "to_offset": result.to_offset,
+        "records": result.records,
+        "wiped": result.wiped,
     }
 
 
-def _task_view(task: Task, worker: Worker, lags: dict[Any, Any]) -> dict[str, Any]:
+def _task_view(
+    task: Task, worker: WorkerView, lags: dict[Any, Any], restores: dict[Any, RestoreResult]
+) -> dict[str, Any]:
     plan = worker.plan
     partitions = []
     for tp in sorted(task.partitions):
@@ -76,34 +84,39 @@ def _task_view(task: Task, worker: Worker, lags: dict[Any, Any]) -> dict[str, An
     if plan is not None:
         for name in plan.tables_by_group.get(task.id.group, ()):
             store = worker.stores.get(name)
+            changelog = plan.changelog_topics[name]
             tables.append(
                 {
                     "table": name,
-                    "changelog": plan.changelog_topics[name],
+                    "changelog": changelog,
                     "partition": task.id.partition,
                     "changelog_offset": (
                         store.partition(task.id.partition).changelog_offset if store else None
+                    ),
+                    "restored": _restored(
+                        restores.get(TopicPartition(changelog, task.id.partition))
                     ),
                 }
             )
     return {"id": str(task.id), "state": task.state, "partitions": partitions, "tables": tables}
 
 
-def assignment(worker: Worker) -> dict[str, Any]:
-    tasks = worker._tasks
-    committer = worker._committer
-    group = committer.group if committer is not None else None
+def assignment(worker: WorkerView) -> dict[str, Any]:
+    parts = worker.parts
+    group = parts.committer.group if parts is not None else None
     lags = {}
-    if tasks is not None and worker._consumer is not None:
-        lags = {entry.tp: entry for entry in partition_lags(tasks, worker.consumer)}
-    active = (
-        [_task_view(task, worker, lags) for _, task in sorted(tasks.tasks.items())]
-        if tasks is not None
-        else []
-    )
+    active = []
     hosts: dict[str, dict[str, list[int]]] = defaultdict(dict)
-    if worker._consumer is not None:
-        for tp, address in sorted(worker.consumer.partition_hosts().items()):
+    if parts is not None:
+        tasks = parts.tasks
+        lags = {entry.tp: entry for entry in partition_lags(tasks, parts.consumer)}
+        # The latest restore of each changelog partition (every one, those with nothing to
+        # read too: a task taken over from an up-to-date standby reads nothing).
+        restores = tasks.restores
+        active = [
+            _task_view(task, worker, lags, restores) for _, task in sorted(tasks.tasks.items())
+        ]
+        for tp, address in sorted(parts.consumer.partition_hosts().items()):
             hosts[address].setdefault(tp.topic, []).append(tp.partition)
     return {
         "app": worker.conf.id,

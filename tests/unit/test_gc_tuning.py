@@ -1,4 +1,4 @@
-"""The garbage collector's young generation while workers run (runtime.collector)."""
+"""The garbage collector's young generation while workers run (runtime.gc_tuning)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from streams_app.runtime.collector import young_generation
+from streams_app.runtime.gc_tuning import young_generation
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,244 @@
+"""The loop: poll, process, run due timers, commit when due; restore new tasks first.
+
+The concern it owns (Kafka Streams' ``StreamThread.runOnce``): one turn resumes partitions whose
+backoff is over, restores tasks that need it, polls a batch sized to the commit deadline
+(``runtime/pacing.py``), and then, under the processing lock, runs due timers, processes the
+batch (``batch.py``), sends ``send_soon``'s records and commits when due and quiescent (else
+drains: busy agents get no new records until it can). Everything a turn raises is handed to
+failure handling (``failures.py``) there.
+
+Under exactly-once a saturated worker does not idle through its commit's round trips: it
+processes already-fetched records in slices while the commit is in flight
+(:meth:`Loop.meanwhile`, ``process_during_commit``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from streams_app.runtime.clock import Clock
+from streams_app.runtime.commit import MIGRATED, Meanwhile
+from streams_app.runtime.dead_letters import DeadLetters
+from streams_app.runtime.errors_policy import Failure
+from streams_app.runtime.measured_commit import MeasuredCommitter
+from streams_app.runtime.pacing import FetchPacer
+from streams_app.runtime.producer import StreamsProducer
+from streams_app.runtime.task_manager import TaskManager
+from streams_app.runtime.timers import TimerScheduler
+from streams_app.runtime.worker.batch import Batch, BatchProcessor, batch_offsets
+from streams_app.runtime.worker.collector import RecordCollector
+from streams_app.runtime.worker.failures import AgentFailed, FailureHandler
+from streams_app.runtime.worker.flow import FlowControl
+from streams_app.settings import AT_MOST_ONCE, EXACTLY_ONCE_V2, Settings
+from streams_app.transport.base import ConsumerClient
+from streams_app.transport.errors import GroupProtocolMismatchError, TransportError
+
+log = logging.getLogger(__name__)
+
+#: Records per slice processed while a commit is in flight (process_during_commit): each of
+#: the commit's answers waits for at most one slice before the event loop gets to it. 32
+#: beat 8 and 128 in interleaved runs (BENCHMARKS.md, "Processing while the commit is in
+#: flight"); at 128 a commit took 2.5 times as long.
+MEANWHILE_SLICE = 32
+#: Processing busier than this share of the time since the last commit began: the worker is
+#: saturated, and processes on while its commit is in flight (:meth:`Loop.meanwhile`). A
+#: worker that keeps up at half its capacity is busy about half the time; a saturated one
+#: 85-95%.
+SATURATED = 0.7
+
+
+class Loop:
+    def __init__(
+        self,
+        conf: Settings,
+        clock: Clock,
+        lock: asyncio.Lock,
+        stop: asyncio.Event,
+        pacer: FetchPacer,
+        consumer: ConsumerClient,
+        producer: StreamsProducer,
+        tasks: TaskManager,
+        committer: MeasuredCommitter,
+        dead_letters: DeadLetters,
+        timers: TimerScheduler,
+        flow: FlowControl,
+        batch: BatchProcessor,
+        collector: RecordCollector,
+        failures: FailureHandler,
+        restore: Callable[[], Awaitable[None]],
+        sleep: Callable[[float], Awaitable[None]],
+    ) -> None:
+        self.conf = conf
+        self.clock = clock
+        self.lock = lock
+        self.stop = stop
+        self.pacer = pacer
+        self.consumer = consumer
+        self.producer = producer
+        self.tasks = tasks
+        self.committer = committer
+        self.dead_letters = dead_letters
+        self.timers = timers
+        self.flow = flow
+        self.batch = batch
+        self.collector = collector
+        self.failures = failures
+        #: Restores the tasks that need it (the worker's: it also ends a rebalance).
+        self.restore = restore
+        #: Sleeps, returning early when the worker is asked to stop.
+        self.sleep = sleep
+        #: A poll made while a commit was in flight failed: the loop's next poll raises it,
+        #: where the error would have come from without that poll.
+        self.deferred_poll_error: BaseException | None = None
+        self._foreign_warned = -1e9
+
+    async def run(self) -> None:
+        conf = self.conf
+        interval = conf.effective_commit_interval
+        stop = self.stop
+        pacer = self.pacer
+        flow = self.flow
+        ship_when_caught_up = conf.exactly_once and conf.producer_linger_ms is None
+        while not stop.is_set():
+            if flow.backing_off:
+                await self._resume_backed_off()
+            if self.tasks.restoring():
+                await self.restore()
+                continue
+            # Aimed at the commit deadline: a due commit is not held back by a long poll or a
+            # big batch (runtime.pacing).
+            timeout_ms, max_records = pacer.next_poll(
+                self.committer.time_left(interval), draining=flow.draining
+            )
+            waiting = self.batch.buffered_wait()
+            try:
+                if self.deferred_poll_error is not None:
+                    error, self.deferred_poll_error = self.deferred_poll_error, None
+                    raise error
+                batch = await self.consumer.getmany(
+                    timeout_ms=timeout_ms if waiting is None else min(timeout_ms, waiting),
+                    max_records=max_records,
+                )
+            except GroupProtocolMismatchError as exc:
+                await self._wait_for_foreign_members(exc)
+                continue
+            async with self.lock:
+                if self.timers.any_due() and not await self._run_due_timers():
+                    continue
+                if not batch and self.committer.due(interval, conf.commit_every):
+                    # Idle: a trailing transaction marker may have moved the position.
+                    await self.batch.sync_positions(list(self.tasks.by_tp))
+                await self.step(batch, interval)
+                if ship_when_caught_up and self.producer.lingering and self.batch.caught_up():
+                    # Nothing more to process: the worker would only wait now, so what lingers
+                    # for the commit goes out instead, and the commit has less to send
+                    # (settings.effective_producer_linger_ms).
+                    self.producer.send_lingering()
+
+    async def step(self, batch: Batch, interval: float) -> None:
+        """Process ``batch`` (or settle, when empty), then commit if due; failures handled."""
+        committer = self.committer
+        try:
+            if batch or self.batch.has_buffered():
+                if self.conf.processing_guarantee == AT_MOST_ONCE:
+                    await committer.commit_offsets_before_processing(batch_offsets(batch))
+                await self.batch.process(batch)
+            else:
+                await self.batch.settle()
+            await self.collector.flush_soon()
+            if committer.due(interval, self.conf.commit_every):
+                if await self.batch.quiescent():
+                    self.flow.draining = False
+                    await committer.commit(self.meanwhile())
+                else:
+                    self.flow.draining = True
+            self.flow.release()
+        except AgentFailed as failed:
+            await self.failures.on_agent_failures(failed.failures)
+        except MIGRATED as exc:
+            await self.failures.on_migrated(exc)
+        except TransportError as exc:  # PRODUCER_BROKEN and any other transaction failure
+            await self.failures.on_transaction_failure(exc)
+
+    def meanwhile(self) -> Meanwhile | None:
+        """What this commit does while in flight (runtime.commit): under exactly-once, process
+        on if the worker is saturated.
+
+        Saturated: processing took most of the time since the last commit began, so records
+        are waiting and every millisecond of the commit's waits is throughput lost. A worker
+        with time to spare gains nothing (it processes those records after the commit anyway)
+        and the slices would only delay the commit's answers, and with them every output's
+        visibility: commits took 1-6 ms longer at half capacity (BENCHMARKS.md).
+        """
+        conf = self.conf
+        if not conf.process_during_commit or conf.processing_guarantee != EXACTLY_ONCE_V2:
+            return None
+        cost = self.pacer.seconds_per_record
+        committer = self.committer
+        elapsed = self.clock.monotonic() - committer.last_commit
+        if cost is None or committer.records_since_commit * cost < SATURATED * elapsed:
+            return None
+        return self._process_while_committing
+
+    async def _process_while_committing(self, committing: asyncio.Future[None]) -> None:
+        """Process records already fetched, in slices, until the commit in flight is done.
+
+        It stops early when the fetched records run out (a slice comes back short), when a
+        stop is requested, when the group starts to rebalance (a poll would wait for the new
+        assignment), and before a record that failed before is due again: that one is retried
+        in a transaction of its own, which needs a commit (``commit_for_retry``), and none may
+        begin while one is in flight. Agent failures propagate (the committer raises them once
+        it is done).
+        """
+        self.dead_letters.seal()
+        consumer = self.consumer
+        stop = self.stop
+        batch = self.batch
+        while not committing.done() and not stop.is_set() and not batch.retried_partitions():
+            if not consumer.fetch_ready():
+                return  # a rebalance is under way: its callbacks need the lock held here
+            try:
+                fetched = await consumer.getmany(timeout_ms=0, max_records=MEANWHILE_SLICE)
+            except Exception as exc:
+                self.deferred_poll_error = exc
+                return
+            if not fetched:
+                return
+            before = batch.records_processed
+            await batch.process(fetched, paced=False)
+            batch.processed_during_commit += batch.records_processed - before
+            if sum(map(len, fetched.values())) < MEANWHILE_SLICE:
+                return  # what was fetched is done
+
+    async def _resume_backed_off(self) -> None:
+        due = self.flow.due()
+        if not due:
+            return
+        async with self.lock:
+            self.flow.resume_due(due, self.tasks.by_tp)
+
+    async def _run_due_timers(self) -> bool:
+        """Run timers whose time has come; what they send joins the open transaction.
+        False when one failed (the failure has been handled)."""
+        failed = await self.timers.run_due()
+        for run in failed:
+            assert run.error is not None
+            await self.failures.on_agent_failures(
+                [Failure.of(f"timer:{run.timer.name}", run.error, None)]
+            )
+            return False
+        return True
+
+    async def _wait_for_foreign_members(self, exc: GroupProtocolMismatchError) -> None:
+        """Switching a group over from another framework: its last workers may still be in the
+        group (stopping, or killed and not yet expired). Wait and rejoin, saying so."""
+        now = self.clock.monotonic()
+        if now - self._foreign_warned > 10.0:
+            self._foreign_warned = now
+            log.warning("%s: waiting for them to leave, then joining (stop them all)", exc)
+        await self.sleep(1.0)
+        async with self.lock:
+            # The rejoin pauses and resumes every partition itself.
+            await self.failures.leave_and_rejoin()

@@ -1,0 +1,238 @@
+"""The buffer of one side of a stream-stream join: a window store that keeps duplicates.
+
+A stream-stream join keeps each side's recent records so that a record of the other side can
+find its partners: same key, time within the join window. Kafka Streams uses one window store
+per side with ``retainDuplicates`` (two records of one key at one time are both kept) and a
+retention of ``before + after + grace``. This is that store, as a view over a task's
+:class:`~streams_app.state.base.PartitionTransaction` (writes reach the store partition only
+after the Kafka transaction commits).
+
+**Layout.** ``u64 segment | u32 length | key | u64 timestamp | u64 seq``
+(:class:`JoinWindowKeyCodec`), the value tagged
+(:class:`~streams_app.state.composite.TaggedValueCodec`).
+``seq`` keeps duplicates apart: the caller passes a number unique within the store partition
+for each record it stores, and the runtime passes the record's input offset, which is also the
+same number when a record is processed again after an abort (Kafka Streams counts a sequence in
+memory from 0 at every start, so after a restart a new record can overwrite a stored duplicate).
+``segment = timestamp // segment_ms``: all entries of a time segment sort together, so expiry
+deletes whole segments with one range scan, and a fetch seeks once per segment it spans (with
+the default segment interval, ``max(retention / 2, 60 s)`` as in Kafka Streams, two or three).
+
+**Time.** The store's observed stream time is the largest timestamp put into it (the entry
+under the empty key, :mod:`streams_app.state.composite`), the ``observedStreamTime`` of Kafka
+Streams' segmented stores. An entry is *retained* while ``timestamp > observed - retention``:
+
+- :meth:`put` of a record that is not (older than retention when it arrives) stores nothing and
+  returns False; it still advances the observed time, as in Kafka Streams;
+- :meth:`fetch` returns retained entries only (``getActualFrom``), whatever is still on disk;
+- :meth:`expire` deletes every segment wholly past retention; each deleted entry gets a
+  changelog tombstone in the transaction (the changelog stays compacted, as windowed tables'
+  changelogs do: docs/windows.md says why not ``compact,delete``).
+
+What is found therefore never depends on when expiry ran. A join fetches the *other* side's
+store before it puts a record into *its own*, as Kafka Streams' ``KStreamJoinWindow`` forwards
+a record to the join before storing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from streams_app.codecs import Codec, DecodeError
+from streams_app.state.base import DELETED, PartitionTransaction
+from streams_app.state.composite import (
+    META_KEY,
+    NO_TIME,
+    STREAM_TIME,
+    PendingKeys,
+    TaggedValueCodec,
+    key_prefix,
+    pack_time,
+    pack_u64,
+    read_key,
+    read_stream_time,
+    unpack_time,
+    unpack_u64,
+    write_stream_time,
+)
+
+_GONE: Any = object()
+#: Kafka Streams' smallest segment interval for DSL window stores.
+MIN_SEGMENT_MS = 60_000
+
+
+def default_segment_ms(retention: int) -> int:
+    return max(retention // 2, MIN_SEGMENT_MS)
+
+
+class Buffered(NamedTuple):
+    """One record of one side, as a fetch returns it."""
+
+    timestamp: int
+    seq: int
+    value: Any
+
+
+class JoinWindowKeyCodec:
+    """``(key, timestamp, seq)`` <-> store and changelog key bytes (module doc)."""
+
+    name = "join-window"
+
+    def __init__(self, key_codec: Codec, segment_ms: int) -> None:
+        if segment_ms <= 0:
+            raise ValueError("segment_ms must be positive")
+        self.key_codec = key_codec
+        self.segment_ms = segment_ms
+
+    def segment(self, timestamp: int) -> int:
+        return timestamp // self.segment_ms
+
+    def dumps(self, obj: Any) -> bytes:
+        if obj is STREAM_TIME:
+            return META_KEY
+        key, timestamp, seq = obj
+        return (
+            pack_time(timestamp // self.segment_ms)
+            + key_prefix(self.key_codec, key)
+            + pack_time(timestamp)
+            + pack_u64(seq)
+        )
+
+    def loads(self, data: bytes) -> Any:
+        if data == META_KEY:
+            return STREAM_TIME
+        key, end = read_key(self.key_codec, data, 8)
+        if len(data) != end + 16:
+            raise DecodeError("not a join-window key: length does not match")
+        return (key, unpack_time(data, end), unpack_u64(data, end + 8))
+
+    def segment_prefix(self, segment: int, key: Any) -> bytes:
+        return pack_time(segment) + key_prefix(self.key_codec, key)
+
+
+def join_window_codecs(
+    key_codec: Codec, value_codec: Codec, segment_ms: int
+) -> tuple[JoinWindowKeyCodec, Codec]:
+    """The store and changelog codecs of one side's buffer."""
+    return JoinWindowKeyCodec(key_codec, segment_ms), TaggedValueCodec(value_codec)
+
+
+class JoinWindowTransaction:
+    """A task's buffer of one join side in one partition: committed entries plus pending ones.
+
+    In-memory hints (which segments are already expired) are valid while the task's
+    transaction is open or commits; like a windowed table's state, the view is made anew after
+    an abort (``Task.rewind``).
+    """
+
+    __slots__ = ("_expired_below", "_pending", "codec", "retention", "tx")
+
+    def __init__(self, tx: PartitionTransaction, codec: JoinWindowKeyCodec, retention: int) -> None:
+        if retention < 0:
+            raise ValueError("retention must not be negative")
+        self.tx = tx
+        self.codec = codec
+        self.retention = retention
+        self._pending = PendingKeys(tx)
+        #: Segments below this one hold nothing (None: not looked yet).
+        self._expired_below: int | None = None
+
+    @property
+    def observed(self) -> int:
+        """The largest timestamp put into this store (committed with its entries)."""
+        return read_stream_time(self.tx)
+
+    def retained_from(self) -> int:
+        """The oldest timestamp still retained (``observed - retention + 1``)."""
+        observed = self.observed
+        return NO_TIME if observed == NO_TIME else observed - self.retention + 1
+
+    def put(self, key: Any, timestamp: int, seq: int, value: Any) -> bool:
+        """Buffer a record; False if it is older than retention (not stored)."""
+        observed = self.observed
+        if timestamp > observed:
+            write_stream_time(self.tx, timestamp)
+            observed = timestamp
+        if timestamp <= observed - self.retention:
+            return False
+        entry = (key, timestamp, seq)
+        self.tx.set(entry, value)
+        self._pending.touch(key, entry)
+        return True
+
+    def delete(self, key: Any, timestamp: int, seq: int) -> None:
+        entry = (key, timestamp, seq)
+        if self.tx.get(entry, _GONE) is not _GONE:
+            self.tx.delete(entry)
+            self._pending.touch(key, entry)
+
+    def fetch(self, key: Any, time_from: int, time_to: int) -> list[Buffered]:
+        """The retained records of ``key`` with ``time_from <= timestamp <= time_to``, in
+        (timestamp, seq) order."""
+        time_from = max(time_from, self.retained_from())
+        if time_to < time_from:
+            return []
+        codec = self.codec
+        found: dict[tuple[int, int], Any] = {}
+        loads = self.tx.value_codec.loads
+        low_time, high_time = pack_time(time_from), pack_time(time_to + 1)
+        for segment in range(codec.segment(time_from), codec.segment(time_to) + 1):
+            prefix = codec.segment_prefix(segment, key)
+            at = len(prefix)
+            for raw_key, raw_value in self.tx.partition.iter_range(
+                prefix + low_time, prefix + high_time
+            ):
+                found[(unpack_time(raw_key, at), unpack_u64(raw_key, at + 8))] = raw_value
+        for entry in self._pending.of(key):
+            _, timestamp, seq = entry
+            if time_from <= timestamp <= time_to:
+                value = self.tx.get(entry, _GONE)
+                if value is _GONE:
+                    found.pop((timestamp, seq), None)
+                else:
+                    found[(timestamp, seq)] = (value,)
+        return [
+            Buffered(t, s, v[0] if type(v) is tuple else loads(v))
+            for (t, s), v in sorted(found.items())
+        ]
+
+    def expire(self) -> int:
+        """Delete every segment wholly past retention; returns how many entries went."""
+        retained_from = self.retained_from()
+        if retained_from == NO_TIME:
+            return 0
+        # The oldest segment that may hold a retained entry: everything below it goes.
+        live = self.codec.segment(retained_from)
+        if self._expired_below is not None and live <= self._expired_below:
+            return 0
+        removed = 0
+        # b"\x00" is just above the stream time entry's empty key: every entry is at or above it.
+        for raw_key, _ in list(self.tx.partition.iter_range(b"\x00", pack_time(live))):
+            entry = self.codec.loads(raw_key)
+            if self.tx.pending(entry, _GONE) is not DELETED:  # not deleted already
+                self.tx.delete(entry)
+                self._pending.touch(entry[0], entry)
+                removed += 1
+        for entry in self._pending.all():
+            if self.codec.segment(entry[1]) < live and self.tx.get(entry, _GONE) is not _GONE:
+                self.tx.delete(entry)
+                removed += 1
+        self._expired_below = live
+        return removed
+
+    def entries(self) -> Iterator[tuple[Any, Buffered]]:
+        """Every entry (retained or not yet expired), committed or pending: ``(key, record)``."""
+        pending = {entry: None for entry in self._pending.all()}
+        loads = self.tx.value_codec.loads
+        for raw_key, raw_value in self.tx.partition.items():
+            if raw_key == META_KEY:
+                continue
+            entry = self.codec.loads(raw_key)
+            if entry in pending:
+                continue
+            yield entry[0], Buffered(entry[1], entry[2], loads(raw_value))
+        for entry in pending:
+            value = self.tx.get(entry, _GONE)
+            if value is not _GONE:
+                yield entry[0], Buffered(entry[1], entry[2], value)

@@ -1,0 +1,127 @@
+"""The buffer of a stream-stream join side: duplicates kept, fetches by key and time range
+across segments, retention as Kafka Streams' segmented window stores apply it, expiry by whole
+segments with changelog tombstones, and the transactional rules, on both store kinds."""
+
+from __future__ import annotations
+
+from streams_app.codecs import JsonCodec, StrCodec
+from streams_app.state import PartitionTransaction, Store
+from streams_app.state.composite import META_KEY, STREAM_TIME
+from streams_app.state.join_windows import (
+    Buffered,
+    JoinWindowKeyCodec,
+    JoinWindowTransaction,
+    default_segment_ms,
+    join_window_codecs,
+)
+
+SEGMENT = 100
+
+
+def view(store: Store, retention: int = 250, segment: int = SEGMENT) -> JoinWindowTransaction:
+    keys, values = join_window_codecs(StrCodec(), JsonCodec(), segment)
+    tx = PartitionTransaction(store.partition(0), keys, values)
+    return JoinWindowTransaction(tx, keys, retention)
+
+
+def test_keys_round_trip_and_sort_by_segment_key_time_seq() -> None:
+    codec = JoinWindowKeyCodec(JsonCodec(), SEGMENT)
+    entries = [("a", 5, 0), ("a", 5, 1), ("a", 99, 0), ("b", 0, 0), ("a", 100, 0), ("a", -1, 3)]
+    for entry in entries:
+        assert codec.loads(codec.dumps(entry)) == entry
+    ordered = sorted(entries, key=codec.dumps)
+    assert ordered == [
+        ("a", -1, 3),  # segment -1
+        ("a", 5, 0),
+        ("a", 5, 1),
+        ("a", 99, 0),
+        ("b", 0, 0),  # segment 0, key "b" after key "a"
+        ("a", 100, 0),  # segment 1
+    ]
+    assert codec.dumps(STREAM_TIME) == META_KEY and codec.loads(META_KEY) is STREAM_TIME
+    assert default_segment_ms(10_000) == 60_000 and default_segment_ms(600_000) == 300_000
+
+
+def test_duplicates_are_kept_and_fetched_in_time_then_seq_order(store: Store) -> None:
+    v = view(store)
+    v.put("k", 50, 7, "second")
+    v.put("k", 50, 3, "first")  # the same key and time: a duplicate, not an overwrite
+    v.put("k", 40, 9, "earlier")
+    v.put("other", 50, 1, "x")
+    assert v.fetch("k", 0, 100) == [
+        Buffered(40, 9, "earlier"),
+        Buffered(50, 3, "first"),
+        Buffered(50, 7, "second"),
+    ]
+    v.tx.commit(1)
+    v.put("k", 50, 5, "third")  # pending, between two committed duplicates
+    assert [b.value for b in v.fetch("k", 50, 50)] == ["first", "third", "second"]
+
+
+def test_fetch_bounds_are_inclusive_and_span_segments(store: Store) -> None:
+    v = view(store, retention=10_000)
+    for t in range(0, 400, 50):
+        v.put("k", t, t, t)
+    v.tx.commit(1)
+    v.put("k", 420, 420, 420)
+    assert [b.timestamp for b in v.fetch("k", 50, 250)] == [50, 100, 150, 200, 250]
+    assert [b.timestamp for b in v.fetch("k", 99, 101)] == [100]  # one either side of a boundary
+    assert [b.timestamp for b in v.fetch("k", 330, 500)] == [350, 420]
+    assert v.fetch("k", 251, 299) == [] and v.fetch("nobody", 0, 500) == []
+
+
+def test_retention_follows_the_stores_observed_time(store: Store) -> None:
+    v = view(store, retention=100)
+    assert v.put("k", 0, 0, "a")
+    assert v.put("k", 60, 1, "b")
+    assert v.put("k", 150, 2, "c")  # observed 150: retained from 51 (ts > observed - 100)
+    assert [b.value for b in v.fetch("k", 0, 1_000)] == ["b", "c"]
+    assert not v.put("k", 50, 3, "late")  # not retained when it arrives: not stored
+    assert v.put("k", 51, 4, "just")
+    assert v.put("k", 300, 5, "x")  # moves the observed time to 300
+    assert v.observed == 300
+    assert [b.value for b in v.fetch("k", 0, 1_000)] == ["x"]  # 201 and up only
+
+
+def test_expiry_deletes_whole_segments_with_tombstones(store: Store) -> None:
+    v = view(store, retention=150)
+    for t in (10, 90, 120, 210, 260):
+        v.put("k", t, t, t)
+    v.tx.commit(1)
+    v.put("j", 400, 1, "now")  # observed 400: retained from 251, segments 0 and 1 are past
+    assert v.expire() == 3
+    assert v.expire() == 0  # nothing more until time moves on
+    tombstones = {k for k, value in v.tx.prepare().items() if value is None}
+    codec = v.codec
+    assert tombstones == {codec.dumps(("k", t, t)) for t in (10, 90, 120)}
+    v.tx.commit(2)
+    remaining = sorted((key, b.timestamp) for key, b in v.entries())
+    # 210 is past retention too, but its segment (2) still holds a retained entry (260): it stays
+    # on disk until the segment goes, and fetches do not see it.
+    assert remaining == [("j", 400), ("k", 210), ("k", 260)]
+    assert [b.timestamp for b in v.fetch("k", 0, 1_000)] == [260]
+
+
+def test_expiry_covers_pending_entries_and_abort_restores_them(store: Store) -> None:
+    v = view(store, retention=100)
+    v.put("k", 10, 1, "a")
+    v.tx.commit(1)
+    v.put("k", 20, 2, "b")  # pending, then expired in the same transaction
+    v.put("k", 500, 3, "c")
+    assert v.expire() == 2
+    assert [(k, b.timestamp) for k, b in v.entries()] == [("k", 500)]
+    v.tx.discard()  # abort: back to the committed entry and its observed time
+    again = view(store, retention=100)
+    assert [(k, b.timestamp) for k, b in again.entries()] == [("k", 10)]
+    assert again.observed == 10
+
+
+def test_delete_removes_one_duplicate(store: Store) -> None:
+    v = view(store)
+    v.put("k", 5, 1, "a")
+    v.put("k", 5, 2, "b")
+    v.tx.commit(1)
+    v.delete("k", 5, 1)
+    v.delete("k", 5, 99)  # absent: nothing written
+    assert [b.value for b in v.fetch("k", 0, 10)] == ["b"]
+    assert len(v.tx.prepare()) == 1
