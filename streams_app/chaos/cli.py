@@ -81,7 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument(
         "--back-to-back",
         action="store_true",
-        help="every fault as soon as the one before has recovered (short runs)",
+        help=(
+            "every fault as soon as the one before has recovered, and the rest of the input "
+            "at once after the last (short runs: --duration is then an upper bound)"
+        ),
     )
     size.add_argument(
         "--max-network-down",

@@ -35,7 +35,9 @@ class ChaosConfig:
     network: bool = False
     #: Short runs: faults back to back from the start (each as soon as the one before has
     #: recovered), network faults held at most ``max_network_down`` seconds (but past the
-    #: session timeout where the kind says so), so that all of them strike while input flows.
+    #: session timeout where the kind says so), so that all of them strike while input flows;
+    #: once the last has recovered, the rest of the input is sent at once (the duration is an
+    #: upper bound).
     back_to_back: bool = False
     max_network_down: float | None = None
     #: Each kind of the mix at least this often (long runs that must show every kind often).

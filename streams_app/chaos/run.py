@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,7 @@ class GeneratorRun:
         self.generator = generator
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
+        self._hurried = False
         self.task: asyncio.Future[GeneratorResult]
         if namespace is None:
             self.task = asyncio.ensure_future(generator.run())
@@ -179,16 +181,26 @@ class GeneratorRun:
         self._loop = asyncio.get_running_loop()
         if self._stopped:
             self.generator.stop()
+        if self._hurried:
+            self.generator.hurry()
         return await self.generator.run()
 
     def stop(self) -> None:
         self._stopped = True
+        self._call(self.generator.stop)
+
+    def hurry(self) -> None:
+        self._hurried = True
+        self._call(self.generator.hurry)
+
+    def _call(self, method: Callable[[], None]) -> None:
+        """``method`` of the generator, on the loop it runs on."""
         loop = self._loop
         if loop is None:
-            self.generator.stop()
+            method()
         elif not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # closed in between: it has ended anyway
-                loop.call_soon_threadsafe(self.generator.stop)
+                loop.call_soon_threadsafe(method)
 
 
 def _networked(network: Network, system: System, workers: int) -> None:
@@ -298,6 +310,8 @@ async def run_system(
         )
         injector.input_running = lambda: not gen_run.task.done()
         await injector.run(schedule, run_started)
+        if config.back_to_back:
+            gen_run.hurry()  # the faults are over: the rest of the input at once
         if deadline is not None:
             remaining = max(1.0, deadline - time.monotonic())
             try:
@@ -325,11 +339,14 @@ async def run_system(
             gen_run.stop()
             with contextlib.suppress(Exception):
                 await gen_run.task
-        for index, worker in enumerate(workers):
-            if worker.running:
-                code = await asyncio.to_thread(worker.terminate, 60.0)
-                if code != 0:
-                    result.notes.append(f"worker {index} exited with {code} on the final SIGTERM")
+        # All at once: one by one, each stop was a rebalance for the workers still running.
+        running = [(index, worker) for index, worker in enumerate(workers) if worker.running]
+        codes = await asyncio.gather(
+            *(asyncio.to_thread(worker.terminate, 60.0) for _index, worker in running)
+        )
+        for (index, _worker), code in zip(running, codes, strict=True):
+            if code != 0:
+                result.notes.append(f"worker {index} exited with {code} on the final SIGTERM")
         if network_faults is not None:
             await bounded(
                 "the last hanging-transaction checks",
@@ -361,10 +378,13 @@ async def run_system(
     assert injector is not None
     if injector.unexpected_exits:
         result.notes.extend(injector.unexpected_exits)
-    final_hanging: list[str] | None = None
+    # The operator's `txn hanging` at the end reads what the verifier reads: beside it.
+    final_check: asyncio.Future[list[str] | None] | None = None
     if network is not None:
-        final_hanging = await asyncio.to_thread(
-            txn_hanging_cli, bootstrap, [*topics.external, *topics.outputs, topics.repartition]
+        final_check = asyncio.ensure_future(
+            asyncio.to_thread(
+                txn_hanging_cli, bootstrap, [*topics.external, *topics.outputs, topics.repartition]
+            )
         )
     stores = [snap for i in range(config.workers) for snap in system.stores(i)]
     verifier = Verifier(
@@ -375,9 +395,12 @@ async def run_system(
         acked=gen.acked,
         quiescence_timeout=system.transaction_timeout + 30.0,
     )
-    verification = await bounded(
-        "verification", verifier.run(), config.verify_timeout, lambda: _cluster_state(cluster)
-    )
+    try:
+        verification = await bounded(
+            "verification", verifier.run(), config.verify_timeout, lambda: _cluster_state(cluster)
+        )
+    finally:
+        final_hanging = await final_check if final_check is not None else None
     _fill(result, system, verification, injector.records, workers, config)
     if network is not None:
         _fill_partition_checks(result, injector.records, final_hanging)
