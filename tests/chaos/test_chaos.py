@@ -36,7 +36,6 @@ from streams_app.chaos.schedule import (
     COORDINATORS_CUT,
     NETWORK_FAULTS,
     NETWORK_MIX,
-    ONE_WAY_CUT,
     PROCESS_FAULTS,
     WORKER_CUT,
 )
@@ -98,12 +97,14 @@ def network_config(seed: int, tmp_path: Path, **overrides: object) -> ChaosConfi
     settings: dict[str, object] = {
         "seed": seed,
         "records": NETWORK_RECORDS,
-        # Back to back, each held at most 10 s (past the 6 s session timeout where the kind
-        # says so): input still flows when the last one strikes.
+        # Back to back, each held at most 8 s (the 6 s session timeout + 2 s where the kind
+        # cuts past it). The nine took 110-140 s here; input must still flow when the last
+        # one strikes, so the duration is an upper bound: once the last fault has recovered,
+        # the generator sends the rest of the input at once (Generator.hurry).
         "duration": 160.0,
         "faults": len(NETWORK_FAULTS),
         "back_to_back": True,
-        "max_network_down": 10.0,
+        "max_network_down": 8.0,
         "mix": dict(NETWORK_MIX),
         "systems": (STREAMS_APP,),
         "client_check": False,
@@ -124,9 +125,10 @@ def network_config(seed: int, tmp_path: Path, **overrides: object) -> ChaosConfi
 async def test_streams_app_keeps_exactly_once_through_every_kind_of_network_fault(
     networked_kafka_cluster: EmbeddedKafka, tmp_path: Path
 ) -> None:
-    """24,000 records over 160 s on the networked cluster (every broker, worker and the generator
-    in a network namespace of its own; standbys and static membership on), while nine network
-    faults strike, one of each kind; then every invariant and every partition check."""
+    """24,000 records over at most 160 s on the networked cluster (every broker, worker and the
+    generator in a network namespace of its own; standbys and static membership on), while nine
+    network faults strike back to back, one of each kind, every one while input still flows;
+    then every invariant and every partition check."""
     seed = int(os.environ.get("CHAOS_SEED", "0")) or ChaosConfig().seed
     config = network_config(seed, tmp_path)
     result = await run_networked(networked_kafka_cluster, config)
@@ -158,16 +160,17 @@ async def test_the_verifier_catches_what_partitions_do_to_an_unsafe_setting(
 ) -> None:
     """The same kind of network faults against at-least-once (a plain producer, offsets
     committed apart from the outputs): a worker cut past the session timeout loses its
-    partitions with outputs written and offsets not, its successor processes those inputs
-    again, and the verifier reports the duplicates."""
+    partitions with outputs written and offsets not, and a worker cut from its coordinators
+    only keeps writing outputs it can no longer commit offsets for; their successors process
+    those inputs again, and the verifier reports the duplicates."""
     seed = int(os.environ.get("CHAOS_SEED", "0")) or ChaosConfig().seed
     config = network_config(
         seed,
         tmp_path,
-        records=10_000,
-        duration=60.0,
-        faults=3,
-        mix={WORKER_CUT: 1.0, COORDINATORS_CUT: 1.0, ONE_WAY_CUT: 1.0},
+        records=6_000,
+        duration=50.0,
+        faults=2,
+        mix={WORKER_CUT: 1.0, COORDINATORS_CUT: 1.0},
         processing_guarantee="at_least_once",
         standby_replicas=0,
         static_membership=False,
@@ -175,5 +178,5 @@ async def test_the_verifier_catches_what_partitions_do_to_an_unsafe_setting(
     result = await run_networked(networked_kafka_cluster, config)
     report = f"seed {seed}\n{summary_table({STREAMS_APP: result})}"
     print(report, examples_text({STREAMS_APP: result}), sep="\n")
-    assert sum(result.faults.values()) == 3, report
+    assert sorted(result.faults) == [COORDINATORS_CUT, WORKER_CUT], report
     assert (result.violations[inv.DUPLICATES] or 0) > 0, report
