@@ -13,7 +13,8 @@ adds none of its own.
 Configuration comes from the environment, so ``streams_app.chaos`` can run it beside the
 streams_app version: ``EOS_TEST_SUFFIX`` (topic suffix), ``FAUST_BROKER`` (``host:port;...``),
 ``FAUST_DATADIR``, ``FAUST_SESSION_TIMEOUT``/``FAUST_HEARTBEAT_INTERVAL`` (seconds),
-``FAUST_REPLICATION_FACTOR``.
+``FAUST_REPLICATION_FACTOR``, ``FAUST_STANDBY_REPLICAS`` (Faust's default: 1),
+``FAUST_GROUP_INSTANCE_ID`` (static membership; unset: dynamic).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ app = faust.App(
     broker_session_timeout=float(os.environ.get("FAUST_SESSION_TIMEOUT", "10")),
     broker_heartbeat_interval=float(os.environ.get("FAUST_HEARTBEAT_INTERVAL", "3")),
     web_enabled=False,
+    table_standby_replicas=int(os.environ.get("FAUST_STANDBY_REPLICAS", "1")),
+    consumer_group_instance_id=os.environ.get("FAUST_GROUP_INSTANCE_ID") or None,
 )
 
 data = app.topic(f"data{_SFX}", key_type=bytes, value_type=int, value_serializer="json")

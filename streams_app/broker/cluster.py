@@ -1,4 +1,5 @@
-"""A real Apache Kafka 4.x cluster of one or three KRaft nodes, on 127.0.0.1 with free ports.
+"""A real Apache Kafka 4.x cluster of one or three KRaft nodes, on 127.0.0.1 with free ports
+(or, networked, each node in its own network namespace with its own address: broker.netns).
 
 This is how every test, the demo and local development get a broker: no Docker, no mocks, the
 same jars a production cluster runs. One node for the functional suite; three nodes (replication
@@ -19,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 
 from streams_app.broker.jars import broker_libs, kafka_version, resource_text
+from streams_app.broker.netns import Network
 from streams_app.broker.node import DEFAULT_JVM_OPTS, KafkaNode, NodeAddress
 from streams_app.broker.probe import ClusterView, cluster_view
 from streams_app.broker.security import BrokerSecurity
@@ -103,6 +105,7 @@ class EmbeddedKafka:
         controller_port: int | None = None,
         cluster_id: str | None = None,
         security: BrokerSecurity | None = None,
+        network: Network | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
@@ -111,6 +114,12 @@ class EmbeddedKafka:
         self.security = security
         if broker_port is not None and nodes != 1:
             raise ValueError("a fixed broker_port is only supported for a single node")
+        if network is not None and (security is not None or broker_port or controller_port):
+            raise ValueError("a networked cluster takes no security settings and no fixed ports")
+        #: The networked mode: each node in its own network namespace of ``network`` (created
+        #: by the caller, who also destroys it), host ``b<id>`` at ``<subnet>.<10 + id>``,
+        #: listening on 9092 (clients and brokers) and 9093 (controllers).
+        self.network = network
         self.version = version or kafka_version()
         self._owns_root = root is None
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="streams-kafka-"))
@@ -121,14 +130,22 @@ class EmbeddedKafka:
         merged = default_settings(nodes)
         merged.update(settings or {})
         self._settings = merged
-        self.addresses = tuple(
-            NodeAddress(
-                i + 1,
-                broker_port if broker_port is not None else free_port(),
-                controller_port if controller_port is not None else free_port(),
+        if network is not None:
+            self.addresses = tuple(
+                NodeAddress(
+                    i + 1, 9092, 9093, host=network.add_host(self.host_name(i + 1), 11 + i).address
+                )
+                for i in range(nodes)
             )
-            for i in range(nodes)
-        )
+        else:
+            self.addresses = tuple(
+                NodeAddress(
+                    i + 1,
+                    broker_port if broker_port is not None else free_port(),
+                    controller_port if controller_port is not None else free_port(),
+                )
+                for i in range(nodes)
+            )
         self.nodes: dict[int, KafkaNode] = {}
         self.started_at: float | None = None
         self.ready_seconds: float | None = None
@@ -152,6 +169,9 @@ class EmbeddedKafka:
                 jvm_opts=self._jvm_opts,
                 die_with_parent=self._die_with_parent,
                 security=self.security,
+                command_prefix=tuple(self.network.command_prefix(self.host_name(address.node_id)))
+                if self.network is not None
+                else (),
             )
             self.nodes[address.node_id] = node
         t0 = time.monotonic()
@@ -242,6 +262,11 @@ class EmbeddedKafka:
 
     def node(self, node_id: int) -> KafkaNode:
         return self.nodes[node_id]
+
+    @staticmethod
+    def host_name(node_id: int) -> str:
+        """A node's host in the networked mode's :class:`Network` (``b<id>``)."""
+        return f"b{node_id}"
 
     def running_nodes(self) -> list[int]:
         return [n.node_id for n in self.nodes.values() if n.running]

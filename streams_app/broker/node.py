@@ -31,14 +31,17 @@ class NodeAddress:
     node_id: int
     broker_port: int
     controller_port: int
+    #: Where the node listens and what it advertises: loopback, or its own address in a
+    #: networked cluster (each node in a network namespace, see broker.netns).
+    host: str = "127.0.0.1"
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.broker_port}"
+        return f"{self.host}:{self.broker_port}"
 
     @property
     def voter(self) -> str:
-        return f"{self.node_id}@127.0.0.1:{self.controller_port}"
+        return f"{self.node_id}@{self.host}:{self.controller_port}"
 
 
 @dataclass
@@ -60,6 +63,9 @@ class KafkaNode:
     die_with_parent: bool = True
     #: TLS/SASL listeners and ACLs instead of one PLAINTEXT listener (see broker.security).
     security: BrokerSecurity | None = None
+    #: Put before the JVM's command line (``nsenter --net=...``: run it in its own network
+    #: namespace); the process keeps its pid, so signals still reach the JVM.
+    command_prefix: tuple[str, ...] = ()
     process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -88,9 +94,9 @@ class KafkaNode:
             "process.roles": "broker,controller",
             "node.id": str(a.node_id),
             "controller.quorum.voters": ",".join(v.voter for v in self.voters),
-            "listeners": f"PLAINTEXT://127.0.0.1:{a.broker_port},"
-            f"CONTROLLER://127.0.0.1:{a.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{a.broker_port}",
+            "listeners": f"PLAINTEXT://{a.host}:{a.broker_port},"
+            f"CONTROLLER://{a.host}:{a.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{a.host}:{a.broker_port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -152,7 +158,10 @@ class KafkaNode:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it from here on
         try:
             self.process = subprocess.Popen(
-                self._java("kafka.Kafka", str(self.config_path), heap=self.heap),
+                [
+                    *self.command_prefix,
+                    *self._java("kafka.Kafka", str(self.config_path), heap=self.heap),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

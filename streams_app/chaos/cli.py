@@ -8,6 +8,11 @@ not judged).
 
     python -m streams_app.chaos --records 1000000 --faults 30 --seed 42
     python -m streams_app.chaos --records 50000 --duration 90 --faults 6 --systems streams_app
+    python -m streams_app.chaos --network --standbys 1 --static-membership   # + network faults
+
+``--network`` runs the networked mode: every broker, worker and the generator in a network
+namespace of its own on one private bridge (needs root; ``streams_app.broker.netns``), and adds
+the network fault kinds to the mix.
 """
 
 from __future__ import annotations
@@ -22,10 +27,24 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from streams_app.broker import EmbeddedKafka
+from streams_app.broker.netns import Network, NetworkUnavailable, require_namespaces
 from streams_app.chaos.config import ChaosConfig
-from streams_app.chaos.report import examples_text, summary_table, write_results
+from streams_app.chaos.report import (
+    examples_text,
+    fault_timeline,
+    liveness_table,
+    summary_table,
+    write_results,
+)
 from streams_app.chaos.run import run_chaos
-from streams_app.chaos.schedule import DESCRIPTIONS, KINDS, build_schedule, parse_mix
+from streams_app.chaos.schedule import (
+    DEFAULT_MIX,
+    DESCRIPTIONS,
+    KINDS,
+    NETWORK_MIX,
+    build_schedule,
+    parse_mix,
+)
 from streams_app.chaos.systems import FAUST, STREAMS_APP
 
 log = logging.getLogger("streams_app.chaos")
@@ -48,8 +67,36 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--seed", type=int, default=None, help="replay a run (default: random)")
     size.add_argument(
         "--mix",
-        default=",".join(f"{k}={v:g}" for k, v in d.mix.items()),
-        help="fault kinds and weights, e.g. 'sigkill=3,zombie=2,broker_kill'",
+        default=None,
+        help="fault kinds and weights, e.g. 'sigkill=3,zombie=2,broker_kill' (default: "
+        + ",".join(f"{k}={v:g}" for k, v in DEFAULT_MIX.items())
+        + "; with --network also each network kind at weight 1)",
+    )
+    size.add_argument(
+        "--min-per-kind",
+        type=int,
+        default=d.min_per_kind,
+        help="each kind of the mix at least this often (the rest drawn by weight)",
+    )
+    size.add_argument(
+        "--back-to-back",
+        action="store_true",
+        help=(
+            "every fault as soon as the one before has recovered, and the rest of the input "
+            "at once after the last (short runs: --duration is then an upper bound)"
+        ),
+    )
+    size.add_argument(
+        "--max-network-down",
+        type=float,
+        default=None,
+        help="hold no network fault longer (past the session timeout where the kind says so)",
+    )
+    size.add_argument(
+        "--network",
+        action="store_true",
+        help="networked mode: each broker, worker and the generator in its own network "
+        "namespace (needs root), and the network fault kinds in the default mix",
     )
     size.add_argument("--keys", type=int, default=d.keys, help="distinct input keys")
     size.add_argument("--workers", type=int, default=d.workers, help="worker processes")
@@ -77,6 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--commit-interval", type=float, default=None, help="default: the product's (0.1 s)"
     )
     timing.add_argument("--liveness-grace", type=float, default=d.liveness_grace)
+    workers = p.add_argument_group("workers")
+    workers.add_argument(
+        "--standbys", type=int, default=d.standby_replicas, help="standby replicas per task"
+    )
+    workers.add_argument(
+        "--static-membership",
+        action="store_true",
+        help="static group membership (group.instance.id worker-<i>)",
+    )
     timing.add_argument("--drain-timeout", type=float, default=d.drain_timeout)
     client = p.add_argument_group("client-level check (invariant 11)")
     client.add_argument("--no-client-check", action="store_true")
@@ -99,7 +155,15 @@ def config_from(args: argparse.Namespace) -> ChaosConfig:
         records=args.records,
         duration=args.duration,
         faults=args.faults,
-        mix=parse_mix(args.mix),
+        mix=parse_mix(args.mix)
+        if args.mix
+        else {**DEFAULT_MIX, **(NETWORK_MIX if args.network else {})},
+        network=args.network,
+        back_to_back=args.back_to_back,
+        min_per_kind=args.min_per_kind,
+        max_network_down=args.max_network_down,
+        standby_replicas=args.standbys,
+        static_membership=args.static_membership,
         systems=tuple(s.strip() for s in args.systems.split(",") if s.strip()),
         workers=args.workers,
         partitions=args.partitions,
@@ -149,6 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             brokers=3,
             session_timeout=config.session_timeout,
             transaction_timeout=config.transaction_timeout,
+            back_to_back=config.back_to_back,
+            max_down=config.max_network_down,
+            min_per_kind=config.min_per_kind,
         ):
             print(fault.describe())
         return 0
@@ -164,22 +231,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{name}: {sizes[name][0]:,} records, {sizes[name][1]} faults over {sizes[name][2]:g}s"
         for name in config.systems
     )
-    print(f"chaos: seed {config.seed} (replay with --seed {config.seed}); {plan}", flush=True)
+    if config.network:
+        try:
+            require_namespaces()
+        except NetworkUnavailable as exc:
+            print(f"chaos: error: {exc}", file=sys.stderr)
+            return 2
+    mode = "networked (a namespace per broker and worker)" if config.network else "loopback"
+    print(f"chaos: seed {config.seed} (replay with --seed {config.seed}); {plan}; {mode}")
+    print(
+        f"chaos: standbys {config.standby_replicas}, static membership "
+        f"{'on' if config.static_membership else 'off'}",
+        flush=True,
+    )
     started = time.monotonic()
-    cluster = EmbeddedKafka(3).start()
+    network = Network().create() if config.network else None
     try:
-        results = asyncio.run(run_chaos(cluster, config))
+        cluster = EmbeddedKafka(3, network=network).start()
+        try:
+            results = asyncio.run(run_chaos(cluster, config, network))
+        finally:
+            cluster.stop()
+            if not args.keep:
+                shutil.rmtree(config.workdir, ignore_errors=True)
     finally:
-        cluster.stop()
-        if not args.keep:
-            shutil.rmtree(config.workdir, ignore_errors=True)
+        if network is not None:
+            network.destroy()
     write_results(config.output, results, config)
     print()
     print(summary_table(results))
+    liveness = liveness_table(results)
+    if liveness:
+        print()
+        print(liveness)
     details = examples_text(results)
     if details:
         print()
         print(details)
+    for name, result in results.items():
+        if result.fault_log:
+            print(f"\n{name} faults:\n{fault_timeline(result)}")
     print(
         f"\nchaos: {time.monotonic() - started:.0f}s, seed {config.seed}; results in "
         f"{config.output}",

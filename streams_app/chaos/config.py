@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streams_app.chaos.schedule import DEFAULT_MIX
+from streams_app.chaos.schedule import DEFAULT_MIX, NETWORK_FAULTS
 from streams_app.chaos.systems import FAUST, STREAMS_APP
 
 
@@ -30,6 +30,24 @@ class ChaosConfig:
     transaction_timeout: float = 10.0
     #: None: the product's default (100 ms under exactly-once).
     commit_interval: float | None = None
+    #: The networked mode: every broker, worker and the generator in a network namespace of
+    #: its own (streams_app.broker.netns), so network faults can cut links. Needs root.
+    network: bool = False
+    #: Short runs: faults back to back from the start (each as soon as the one before has
+    #: recovered), network faults held at most ``max_network_down`` seconds (but past the
+    #: session timeout where the kind says so), so that all of them strike while input flows;
+    #: once the last has recovered, the rest of the input is sent at once (the duration is an
+    #: upper bound).
+    back_to_back: bool = False
+    max_network_down: float | None = None
+    #: Each kind of the mix at least this often (long runs that must show every kind often).
+    min_per_kind: int = 1
+    #: Standby replicas per task, and static group membership, for every system's workers.
+    standby_replicas: int = 0
+    static_membership: bool = False
+    #: None: exactly-once. Another guarantee is unsafe on purpose: only for showing that the
+    #: verifier catches what it lets through.
+    processing_guarantee: str | None = None
     #: faust-streaming's row: its size (it processes ~100 records/s here, see CHAOS.md), its
     #: duration and fault count (None: as streams_app's), and a hard limit on its whole run.
     faust_records: int = 30_000
@@ -65,6 +83,14 @@ class ChaosConfig:
             raise ValueError("at least 2 workers: a fault must leave someone to take over")
         if self.heartbeat_interval * 3 > self.session_timeout:
             raise ValueError("heartbeat_interval must be at most a third of session_timeout")
+        network_kinds = sorted(k for k in NETWORK_FAULTS if self.mix.get(k, 0) > 0)
+        if network_kinds and not self.network:
+            raise ValueError(
+                f"the network fault kinds {', '.join(network_kinds)} need the networked mode "
+                "(--network)"
+            )
+        if self.standby_replicas < 0 or self.standby_replicas >= self.workers:
+            raise ValueError("standby replicas must be at least 0 and fewer than the workers")
         unknown = set(self.systems) - {STREAMS_APP, FAUST}
         if unknown:
             raise ValueError(f"unknown systems {sorted(unknown)}; use {STREAMS_APP}, {FAUST}")

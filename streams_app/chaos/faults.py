@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +27,10 @@ from aiokafka.admin import AIOKafkaAdminClient
 from streams_app.broker import EmbeddedKafka
 from streams_app.chaos import schedule as kinds
 from streams_app.chaos.coordinators import CoordinatorLocator
+from streams_app.chaos.partitions import HealReport, NetworkFaults
 from streams_app.chaos.progress import ProgressMonitor
 from streams_app.chaos.schedule import Fault
-from streams_app.chaos.systems import System
+from streams_app.chaos.systems import System, wait_transactional_id
 from streams_app.testing.workers import WorkerProcess
 
 log = logging.getLogger(__name__)
@@ -37,26 +39,55 @@ log = logging.getLogger(__name__)
 @dataclass
 class FaultRecord:
     fault: Fault
-    #: Seconds after the start of the run at which it actually struck.
+    #: Seconds after the start of the run at which it actually struck, and the wall clock
+    #: then (to find it in the workers' and brokers' logs).
     struck_at: float = 0.0
+    struck_wall: str = ""
     target: str = ""
     #: Seconds from the strike until every input partition made progress again (None: never,
     #: within the wait).
     resume_seconds: float | None = None
     skipped: bool = False
+    #: Struck after the generator had written its last record (the schedule ran late).
+    after_input: bool = False
     notes: list[str] = field(default_factory=list)
+    #: Network faults: seconds from the strike to the heal, and what was found after it.
+    healed_after: float | None = None
+    after_heal: HealReport | None = None
+
+    @property
+    def judged_resume(self) -> float | None:
+        """The resume time liveness is judged on: from the strike, except for network faults
+        that stop some progress until the heal (judged from the heal)."""
+        if self.after_heal is None or self.fault.kind in kinds.ROUTED_AROUND:
+            return self.resume_seconds
+        return self.after_heal.resume_after_heal
 
     def asdict(self) -> dict[str, Any]:
-        return {
+        out = {
             **self.fault.asdict(),
             "struck_at": round(self.struck_at, 2),
+            "struck_wall": self.struck_wall,
             "target": self.target,
-            "resume_seconds": None
-            if self.resume_seconds is None
-            else round(self.resume_seconds, 2),
+            "resume_seconds": _round(self.resume_seconds),
             "skipped": self.skipped,
+            "after_input": self.after_input,
             "notes": self.notes,
         }
+        if self.after_heal is not None:
+            out["healed_after"] = _round(self.healed_after)
+            out["resume_after_heal"] = _round(self.after_heal.resume_after_heal)
+            out["workers_after_heal"] = self.after_heal.workers
+            out["hanging_after_heal"] = self.after_heal.hanging
+        return out
+
+
+def _wall() -> str:
+    return datetime.datetime.now().isoformat(sep=" ", timespec="milliseconds")
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 class FaultInjector:
@@ -70,6 +101,8 @@ class FaultInjector:
         *,
         resume_timeout: float,
         deadline: float | None = None,
+        network: NetworkFaults | None = None,
+        transaction_timeout: float = 10.0,
     ) -> None:
         self.cluster = cluster
         self.system = system
@@ -80,10 +113,18 @@ class FaultInjector:
         #: Monotonic time after which remaining faults are skipped (bounds a hung system).
         self.deadline = deadline
         self.records: list[FaultRecord] = []
+        #: Whether input still flows (the generator runs): a fault that strikes after the
+        #: input ended has nothing to resume, and its resume time says nothing.
+        self.input_running: Callable[[], bool] = lambda: True
         #: Worker exits nobody asked for (crashes), by worker index.
         self.unexpected_exits: list[str] = []
+        #: The networked mode's faults (None: loopback, network faults cannot be injected).
+        self.network = network
+        self.transaction_timeout = transaction_timeout
+        self._started = time.monotonic()
 
     async def run(self, schedule: Sequence[Fault], started: float) -> list[FaultRecord]:
+        self._started = started
         for fault in schedule:
             record = FaultRecord(fault)
             self.records.append(record)
@@ -95,9 +136,13 @@ class FaultInjector:
                 record.notes.append("skipped: the run's time limit was reached")
                 continue
             await self.ensure_workers()
-            if fault.kind in kinds.BROKER_FAULTS:
+            if fault.kind in kinds.BROKER_FAULTS or fault.kind in kinds.NETWORK_FAULTS:
                 await wait_fully_replicated(self.cluster.bootstrap_servers, timeout=90.0)
             record.struck_at = time.monotonic() - started
+            record.struck_wall = _wall()
+            if not self.input_running():
+                record.after_input = True
+                record.notes.append("struck after the input ended: its resume time is vacuous")
             log.info("fault %s", fault.describe())
             try:
                 await self._inject(fault, record)
@@ -123,21 +168,14 @@ class FaultInjector:
                 self.unexpected_exits.append(note)
                 worker.start()
 
-    async def _transactional_id(self, worker: int, timeout: float = 90.0) -> str:
-        """The worker's transactional id, read from its state directory. A worker restarted after
-        a state wipe writes its new process id only once it has started (slowly on a loaded
-        machine): wait for the file rather than fail the fault."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return self.system.transactional_id(worker)
-            except FileNotFoundError:
-                if time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(0.2)  # polling a file the worker writes; no event to await
+    async def _transactional_id(self, worker: int) -> str:
+        return await wait_transactional_id(self.system, worker)
 
     async def _inject(self, fault: Fault, record: FaultRecord) -> None:
         kind = fault.kind
+        if kind in kinds.NETWORK_FAULTS:
+            await self._inject_network(fault, record)
+            return
         if kind in kinds.WORKER_FAULTS:
             worker = self.workers[fault.worker]
             record.target = f"worker {fault.worker}"
@@ -187,6 +225,37 @@ class FaultInjector:
         await asyncio.sleep(fault.down)
         await asyncio.to_thread(self.cluster.start_node, node)
         record.resume_seconds = await resumed
+
+    async def _inject_network(self, fault: Fault, record: FaultRecord) -> None:
+        if self.network is None:
+            raise RuntimeError(f"{fault.kind} needs the networked mode (--network)")
+        cut, notes = await self.network.plan(fault)
+        record.target = cut.description
+        record.notes.extend(notes)
+        # Planning may take a while (a coordinators cut moves leaders first): the strike is now.
+        struck = time.monotonic()
+        record.struck_at = struck - self._started
+        record.struck_wall = _wall()
+        resumed = asyncio.create_task(
+            self.monitor.wait_resumed(struck, self.resume_timeout + fault.down)
+        )
+        report = HealReport()
+        record.after_heal = report
+        try:
+            healed = await self.network.hold(fault, cut)
+        except BaseException:
+            resumed.cancel()
+            raise
+        record.healed_after = healed - struck
+        record.resume_seconds = await resumed
+        if record.resume_seconds is not None:
+            report.resume_after_heal = max(0.0, struck + record.resume_seconds - healed)
+        report.workers = await self.network.check_workers(healed)
+        for line in report.workers:
+            log.warning("fault #%d %s: after the heal, %s", fault.index, fault.kind, line)
+        self.network.sweep_later(
+            healed, self.transaction_timeout, report, f"{fault.index}-{fault.kind}"
+        )
 
 
 async def wait_fully_replicated(bootstrap: str, timeout: float) -> bool:

@@ -17,6 +17,7 @@ holds, never what the generator meant to send.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -31,8 +32,11 @@ from streams_app.aio import within
 
 log = logging.getLogger(__name__)
 
-#: Records sent between two checks of the pace (and of acknowledgements).
+#: Records sent between two checks of the pace (and of acknowledgements), at most ...
 CHUNK = 500
+#: ... and at most this many seconds' worth, so that input flows steadily at low rates too
+#: (the progress monitor tells "resumed" from "nothing arrived" by new input).
+CHUNK_SECONDS = 0.25
 
 
 @dataclass
@@ -89,10 +93,22 @@ class Generator:
         self._rng = random.Random(seed)
         self.result = GeneratorResult()
         self._stop = asyncio.Event()
+        self._hurried = False
+        #: Set by :meth:`stop` and :meth:`hurry`: ends the wait for the next record's due time.
+        self._wake = asyncio.Event()
 
     def stop(self) -> None:
         """Stop early (the records not sent yet are simply not part of the run)."""
         self._stop.set()
+        self._wake.set()
+
+    def hurry(self) -> None:
+        """Send the records not sent yet at once, unpaced. A back-to-back schedule calls it when
+        its last fault has recovered: pacing is there so that faults hit a busy system, and
+        spreading the rest over what is left of ``duration`` would only make the run longer
+        (the duration is then an upper bound, chosen so that no fault strikes after the input)."""
+        self._hurried = True
+        self._wake.set()
 
     @property
     def progress(self) -> float:
@@ -125,19 +141,19 @@ class Generator:
         started = time.monotonic()
         producer = await self._producer()
         rate = self.records / self.duration if self.duration > 0 else 0.0
+        chunk_size = max(1, min(CHUNK, int(rate * CHUNK_SECONDS))) if rate else CHUNK
         try:
             while result.sent < self.records and not self._stop.is_set():
-                if rate:
+                if rate and not self._hurried:
                     # Pace: the n-th record is due n / rate seconds after the start.
                     due = started + result.sent / rate
                     delay = due - time.monotonic()
                     if delay > 0:
-                        try:
-                            await within(self._stop.wait(), delay)
-                            break
-                        except TimeoutError:
-                            pass
-                count = min(CHUNK, self.records - result.sent)
+                        with contextlib.suppress(TimeoutError):
+                            await within(self._wake.wait(), delay)
+                        continue  # due now, or stopped, or hurried: look again
+                size = CHUNK if self._hurried else chunk_size
+                count = min(size, self.records - result.sent)
                 chunk = [
                     (self._rng.randrange(self.keys), self._rng.randrange(self.values))
                     for _ in range(count)

@@ -35,3 +35,27 @@ def short(name: str) -> str:
     """``"7_duplicates"`` -> ``"7 duplicates"`` (table headings)."""
     number, _, rest = name.partition("_")
     return f"{number} {rest.replace('_', ' ')}"
+
+
+#: What network partitions add to the twelve (issue 38), checked beside them.
+LOST_ACKED = "lost_acked_inputs"
+HANGING_AFTER_HEAL = "hanging_after_heal"
+WORKERS_AFTER_HEAL = "workers_after_heal"
+
+PARTITION_CHECKS: dict[str, str] = {
+    LOST_ACKED: "every input the brokers acknowledged to the generator is in the topic",
+    HANGING_AFTER_HEAL: "no transaction hanging or overdue after a network fault healed "
+    "(streams-app txn hanging's verdicts)",
+    WORKERS_AFTER_HEAL: "after each heal every worker processes again or stopped with a "
+    "clear message (faults)",
+}
+
+#: Every check a result reports: the twelve invariants, then the partition checks.
+CHECKS: dict[str, str] = {**INVARIANTS, **PARTITION_CHECKS}
+
+
+def label(name: str) -> str:
+    """A check's heading in the summary table."""
+    if name in PARTITION_CHECKS:
+        return "+ " + name.replace("_", " ")
+    return short(name)

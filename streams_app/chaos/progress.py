@@ -31,6 +31,8 @@ from streams_app.chaos.reader import partitions_of
 log = logging.getLogger(__name__)
 
 Offsets = dict[tuple[str, int], int]
+#: Seconds without any new input after which input counts as stopped (the generator is done).
+INPUT_STOPPED = 5.0
 
 
 class ProgressMonitor:
@@ -44,6 +46,8 @@ class ProgressMonitor:
         self.committed: Offsets = {}
         self.ends: Offsets = {}
         self.updated_at = 0.0
+        #: When the end offsets last moved (monotonic): input stopped if long ago.
+        self.ends_changed_at = time.monotonic()
         #: Every answer that differed from the one before: (monotonic time, committed, ends).
         self.history: list[tuple[float, Offsets, Offsets]] = []
         self._updated = asyncio.Event()
@@ -94,7 +98,15 @@ class ProgressMonitor:
         if set(self.committed) - set(committed):
             # A coordinator moving answers without some offsets it has: not an answer.
             raise RuntimeError("the group's offsets came back incomplete")
-        self.ends = {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
+        self.publish(
+            started, committed, {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
+        )
+
+    def publish(self, started: float, committed: Offsets, ends: Offsets) -> None:
+        """Take an answer read by a poll that started at ``started`` (monotonic)."""
+        if ends != self.ends:
+            self.ends_changed_at = started
+        self.ends = ends
         self.committed = committed
         if not self.history or self.history[-1][1:] != (self.committed, self.ends):
             self.history.append((started, dict(self.committed), dict(self.ends)))
@@ -118,19 +130,29 @@ class ProgressMonitor:
         )
 
     def resumed_since(self, committed: Mapping[tuple[str, int], int]) -> bool:
-        """Has every partition with input since ``committed`` was taken committed past it?"""
+        """Has every partition with input since ``committed`` was taken committed past it, and
+        has there been such input (or has input stopped altogether)?
+
+        Without the second half the answer was vacuous whenever no input had arrived since the
+        baseline: the generator writes in chunks, and a fault striking while the group was
+        caught up between two of them was "resumed" at the next poll, cut or not.
+        """
+        new_input = False
         for tp, end in self.ends.items():
             before = committed.get(tp, 0)
-            if end > before and self.committed.get(tp, 0) <= before:
-                return False
-        return True
+            if end > before:
+                new_input = True
+                if self.committed.get(tp, 0) <= before:
+                    return False
+        return new_input or self.updated_at - self.ends_changed_at > INPUT_STOPPED
 
     async def wait_resumed(self, since: float, timeout: float) -> float | None:
         """Seconds from ``since`` (monotonic, when a fault struck) until processing resumed.
 
         The baseline is the first answer read entirely after ``since`` (what was committed
-        when the fault struck, or later); processing has resumed once every partition that has
-        input beyond the baseline has committed past it. None if that takes over ``timeout``.
+        when the fault struck, or later); processing has resumed once input arrived beyond the
+        baseline and every partition that has such input has committed past it (or, when no
+        input comes any more, once that is clear). None if that takes over ``timeout``.
         """
         deadline = since + timeout
         baseline: Offsets | None = None

@@ -36,8 +36,11 @@ def results_json(results: Mapping[str, SystemResult], config: ChaosConfig) -> di
             "commit_interval": config.commit_interval,
             "faust_records": config.faust_records,
             "client_records": config.client_records,
+            "network": config.network,
+            "standby_replicas": config.standby_replicas,
+            "static_membership": config.static_membership,
         },
-        "invariants": inv.INVARIANTS,
+        "invariants": inv.CHECKS,
     }
 
 
@@ -75,17 +78,25 @@ def summary_table(results: Mapping[str, SystemResult]) -> str:
     for kind in KINDS:
         if any(results[n].faults.get(kind) for n in names):
             rows.append((f"  {kind}", [_fmt(results[n].faults.get(kind, 0)) for n in names]))
-    for key in inv.INVARIANTS:
-        rows.append((inv.short(key), [_fmt(results[n].violations.get(key, 0)) for n in names]))
+    for key in inv.CHECKS:
+        if key in inv.PARTITION_CHECKS and all(
+            results[n].violations.get(key) is None for n in names
+        ):
+            continue  # not checked (loopback: no network fault to heal)
+        rows.append((inv.label(key), [_fmt(results[n].violations.get(key)) for n in names]))
     rows.append(("total violations", [_fmt(results[n].total_violations) for n in names]))
     rows.append(("max resume seconds", [_fmt(results[n].max_resume_seconds) for n in names]))
     rows.append(
         ("liveness bound seconds", [_fmt(results[n].liveness_bound_seconds) for n in names])
     )
-    width = max(len(label) for label, _ in rows)
+    return _table("invariant / figure", names, rows)
+
+
+def _table(heading: str, names: list[str], rows: list[tuple[str, list[str]]]) -> str:
+    width = max(len(heading), *(len(label) for label, _ in rows))
     cols = [max(len(n), *(len(cells[i]) for _, cells in rows)) for i, n in enumerate(names)]
     line = "+-" + "-" * width + "-+" + "+".join("-" * (c + 2) for c in cols) + "+"
-    out = [line, "| " + "invariant / figure".ljust(width) + " |"]
+    out = [line, "| " + heading.ljust(width) + " |"]
     out[-1] += "|".join(f" {n.rjust(c)} " for n, c in zip(names, cols, strict=True)) + "|"
     out.append(line)
     for label, cells in rows:
@@ -93,6 +104,37 @@ def summary_table(results: Mapping[str, SystemResult]) -> str:
         out.append("| " + label.ljust(width) + " |" + body + "|")
     out.append(line)
     return "\n".join(out)
+
+
+def liveness_table(results: Mapping[str, SystemResult]) -> str:
+    """Per fault kind and system: faults, the longest resume from the strike, and for network
+    kinds the longest from the heal; ``*`` marks the figure liveness judges, ``never`` a
+    fault after which processing did not resume within the wait."""
+    names = list(results)
+    rows: list[tuple[str, list[str]]] = []
+    for kind in KINDS:
+        entries = [results[n].resume_by_kind.get(kind) for n in names]
+        if not any(entries):
+            continue
+        cells = []
+        for entry in entries:
+            if not entry:
+                cells.append("-")
+                continue
+            judged = entry["judged"]
+            cell = f"{entry['faults']}: {_seconds(entry['max_from_strike'])}"
+            cell += "*" if judged == "strike" else ""
+            if entry.get("max_from_heal") is not None or judged == "heal":
+                cell += f" / {_seconds(entry['max_from_heal'])}" + ("*" if judged == "heal" else "")
+            cells.append(cell)
+        rows.append((kind, cells))
+    if not rows:
+        return ""
+    return _table("max resume s: faults: strike / heal", names, rows)
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f}"
 
 
 def examples_text(results: Mapping[str, SystemResult]) -> str:
@@ -105,4 +147,31 @@ def examples_text(results: Mapping[str, SystemResult]) -> str:
             if examples:
                 lines.append(f"{name} {inv.short(key)}: {result.violations.get(key, 0)}, e.g.")
                 lines.extend(f"  - {e}" for e in examples)
+    return "\n".join(lines)
+
+
+def fault_timeline(result: SystemResult) -> str:
+    """One line per fault: when it was due and struck, what it hit, when it healed, and how
+    long processing took to resume."""
+    lines = []
+    for entry in result.fault_log:
+        resume = entry.get("resume_seconds")
+        line = (
+            f"#{entry['index']} {entry['kind']} due {entry['at']:.1f}s, struck "
+            f"{entry['struck_at']:.1f}s ({entry.get('struck_wall', '')}): {entry['target']}"
+        )
+        if entry.get("skipped"):
+            lines.append(line + ": skipped")
+            continue
+        if entry.get("healed_after") is not None:
+            after = entry.get("resume_after_heal")
+            line += f"; healed after {entry['healed_after']:.1f}s"
+            line += (
+                f"; resumed {_seconds(resume)}s after the strike, {_seconds(after)}s after the heal"
+            )
+        else:
+            line += f"; resumed {_seconds(resume)}s after the strike"
+        for note in entry.get("notes", []):
+            line += f" [{note}]"
+        lines.append(line)
     return "\n".join(lines)

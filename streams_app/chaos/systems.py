@@ -9,10 +9,12 @@ verifier, is shared, so both rows of the result table come from the same code.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,6 +95,13 @@ class WorkerSettings:
     transaction_timeout: float
     commit_interval: float | None
     replication_factor: int
+    #: Warm copies of each task's tables on other workers (0: none).
+    standby_replicas: int = 0
+    #: Static group membership: worker i joins as ``worker-<i>`` (group.instance.id).
+    static_membership: bool = False
+    #: None: exactly-once (each system's own). Another guarantee only to show that the
+    #: verifier catches what it lets through (tests/chaos/test_chaos.py).
+    processing_guarantee: str | None = None
 
 
 class System:
@@ -107,6 +116,11 @@ class System:
         self.suffix = suffix
         self.workdir = workdir
         self.settings = settings
+        #: Networked mode: the command prefix that runs worker i in its network namespace.
+        self.command_prefix: Callable[[int], list[str]] | None = None
+
+    def prefix(self, index: int) -> list[str]:
+        return self.command_prefix(index) if self.command_prefix is not None else []
 
     @property
     def transaction_timeout(self) -> float:
@@ -129,6 +143,20 @@ class System:
 
     def restore_seconds(self, log_text: str) -> list[float]:
         return []
+
+
+async def wait_transactional_id(system: System, index: int, timeout: float = 90.0) -> str:
+    """The worker's transactional id, read from its state directory. A worker restarted after a
+    state wipe writes its new process id only once it has started (slowly on a loaded machine):
+    wait for the file rather than fail the fault."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return system.transactional_id(index)
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.2)  # polling a file the worker writes; no event to await
 
 
 def _env() -> dict[str, str]:
@@ -167,12 +195,19 @@ class StreamsAppSystem(System):
         }
         if s.commit_interval is not None:
             env["STREAMS_APP_COMMIT_INTERVAL"] = str(s.commit_interval)
+        if s.standby_replicas:
+            env["STREAMS_APP_TABLE_STANDBY_REPLICAS"] = str(s.standby_replicas)
+        if s.static_membership:
+            env["STREAMS_APP_GROUP_INSTANCE_ID"] = f"worker-{index}"
+        if s.processing_guarantee is not None:
+            env["STREAMS_APP_PROCESSING_GUARANTEE"] = s.processing_guarantee
         return WorkerProcess(
             self.module,
             state_dir=self.state_dir(index),
             log_path=self.log_path(index),
             env={**_env(), **env},
             name=f"{self.name}-worker-{index}",
+            prefix=self.prefix(index),
         )
 
     def transactional_id(self, index: int) -> str:
@@ -237,7 +272,12 @@ class FaustSystem(System):
             "FAUST_DATADIR": str(self.state_dir(index)),
             "FAUST_SESSION_TIMEOUT": str(s.session_timeout),
             "FAUST_HEARTBEAT_INTERVAL": str(s.heartbeat_interval),
+            "FAUST_STANDBY_REPLICAS": str(s.standby_replicas),
         }
+        if s.static_membership:
+            env["FAUST_GROUP_INSTANCE_ID"] = f"worker-{index}"
+        if s.processing_guarantee is not None:
+            env["FAUST_GUARANTEE"] = s.processing_guarantee
         faust = Path(sys.executable).with_name("faust")
         return WorkerProcess(
             self.module,
@@ -246,6 +286,7 @@ class FaustSystem(System):
             env={**_env(), **env},
             name=f"{self.name}-worker-{index}",
             argv=[str(faust), "-A", self.module, "worker", "-l", "info", "--without-web"],
+            prefix=self.prefix(index),
         )
 
     def transactional_id(self, index: int) -> str:

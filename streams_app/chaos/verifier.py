@@ -23,6 +23,9 @@ workload of :mod:`streams_app.chaos.copier`, 12 the fault log's resume times):
 10. every local store partition equals the committed changelog up to the store's changelog
     offset (faust keeps no consistent offset: its stores must hold only committed values).
 
+Beside them (issue 38, what partitions add): every input the brokers acknowledged to the
+generator is in the input topic, as sent (``lost_acked_inputs``, records).
+
 With ``dead_letter_topic`` (the soak, :mod:`streams_app.chaos.soak`), ``data`` may also hold
 poison records (a value that is not an integer): they have no outputs, and each one below the
 committed offset must be in the dead-letter topic exactly once (7 when twice; 8 when missing, or
@@ -77,7 +80,9 @@ ALL_HOP1 = 31
 
 @dataclass
 class Verification:
-    violations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(inv.INVARIANTS, 0))
+    violations: dict[str, int] = field(
+        default_factory=lambda: {**dict.fromkeys(inv.INVARIANTS, 0), inv.LOST_ACKED: 0}
+    )
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -310,6 +315,7 @@ class Verifier:
                     example = example or f"data[{p}]@{offset} acknowledged but not in the topic"
         self.result.stats["acked_inputs"] = len(acked)
         self.result.stats["acked_inputs_lost"] = lost
+        self.result.add(inv.LOST_ACKED, lost, example)
         if lost:
             log.error("%d acknowledged input records are missing: %s", lost, example)
 

@@ -290,7 +290,43 @@ async def open_transactions(
         found = described.get(txn_id) if txn_id is not None else None
         row = None if found is None else _row(found)
         out.append(_judge(tp, state, txn_id, row, at, max_timeout_ms))
-    return out
+    return await _confirm_hanging(admin, out)
+
+
+async def _confirm_hanging(
+    admin: OpsAdmin, found: list[PartitionTransaction]
+) -> list[PartitionTransaction]:
+    """Keep a ``hanging`` verdict only where the partition's leader still holds it open.
+
+    The verdict joins two reads that are not atomic: the partitions' producer state first, the
+    coordinators' view after. A transaction whose markers were still being written at the first
+    read (its coordinator in PrepareCommit, the partition's leader just killed and replaced)
+    is open there and CompleteCommit at the second: "hanging", while its marker is already in
+    the log. And DescribeProducers is answered by whichever replica it reaches (Kafka answers
+    from its local log, follower or not), so a stale leader in the client's metadata shows a
+    replica that is behind. Kafka's ``find-hanging`` only looks at writes older than 15 minutes,
+    which hides both; this judge uses the producer's own timeout, seconds. Both were seen in the
+    networked chaos run (CHAOS.md, "What the partitions found").
+
+    So each hanging one is read again, after the coordinator was: it must still be open on the
+    partition at the same start offset, and the leader's last stable offset (ListOffsets
+    read_committed, which only the leader answers) must not be past that start offset. The LSO
+    is where the leader's earliest open transaction begins: past it, the leader has ended it.
+    """
+    suspects = sorted({t.tp for t in found if t.verdict == HANGING})
+    if not suspects:
+        return found
+    stable = await admin.end_offsets(suspects, committed=True)
+    again = await admin.describe_producers(suspects)
+
+    def still_open(t: PartitionTransaction) -> bool:
+        held = stable.get(t.tp, t.start_offset) <= t.start_offset
+        return held and any(
+            p.producer_id == t.producer.producer_id and p.current_txn_start_offset == t.start_offset
+            for p in again.get(t.tp, [])
+        )
+
+    return [t for t in found if t.verdict != HANGING or still_open(t)]
 
 
 def _judge(

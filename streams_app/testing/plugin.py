@@ -5,6 +5,11 @@ Installing streams_app gives a test suite these fixtures:
 - ``kafka_broker``: a real single-node Kafka 4.x broker for the whole session;
 - ``kafka_cluster``: a real 3-node cluster (replication 3, ``min.insync.replicas=2``) for fault
   tests; any node a test kills is restarted before the next test gets the cluster;
+- ``networked_kafka_cluster``: the same, networked: each node in a network namespace of its own
+  on a private bridge (``cluster.network``, :class:`~streams_app.broker.netns.Network`), so a
+  test can cut links between nodes and the workers it places on the network; every cut is
+  healed and every node restarted before the next test. Needs root; skipped, with the reason,
+  where network namespaces cannot be made;
 - ``bootstrap_servers``: the broker's address;
 - ``unique``: a short unique suffix for topic and group names, so tests never share state;
 - ``secure_kafka``: a real single-node broker with TLS, SASL (SCRAM-SHA-512, PLAIN) and ACLs
@@ -52,6 +57,7 @@ BACKENDS = ("memory", "kafka")
 
 _BROKER_KEY = pytest.StashKey["EmbeddedKafka | ExternalKafka"]()
 _CLUSTER_KEY = pytest.StashKey["EmbeddedKafka"]()
+_NETWORKED_KEY = pytest.StashKey["EmbeddedKafka"]()
 _SECURE_KEY = pytest.StashKey["SecureKafka"]()
 _POSTGRES_START_KEY = pytest.StashKey[float]()
 
@@ -88,6 +94,36 @@ def _kafka_cluster_session(request: pytest.FixtureRequest) -> Iterator[EmbeddedK
         yield kafka
     finally:
         kafka.stop()
+
+
+@pytest.fixture(scope="session")
+def _networked_cluster_session(request: pytest.FixtureRequest) -> Iterator[EmbeddedKafka]:
+    from streams_app.broker.netns import Network, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"the networked cluster mode needs network namespaces: {reason}")
+    network = Network().create()
+    try:
+        kafka = EmbeddedKafka(3, network=network).start()
+        request.config.stash[_NETWORKED_KEY] = kafka
+        try:
+            yield kafka
+        finally:
+            kafka.stop()
+    finally:
+        network.destroy()
+
+
+@pytest.fixture
+def networked_kafka_cluster(_networked_cluster_session: EmbeddedKafka) -> Iterator[EmbeddedKafka]:
+    network = _networked_cluster_session.network
+    assert network is not None
+    network.heal()
+    _networked_cluster_session.ensure_all_running()
+    yield _networked_cluster_session
+    network.heal()
+    _networked_cluster_session.ensure_all_running()
 
 
 @pytest.fixture(scope="session")
@@ -246,6 +282,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         cluster = item.config.stash.get(_CLUSTER_KEY, None)
         if cluster is not None:
             report.sections.append(("kafka cluster log", cluster.log_tails(30)))
+    elif "networked_kafka_cluster" in fixturenames:
+        cluster = item.config.stash.get(_NETWORKED_KEY, None)
+        if cluster is not None:
+            report.sections.append(("networked kafka cluster log", cluster.log_tails(30)))
     elif "secure_kafka" in fixturenames:
         secure = item.config.stash.get(_SECURE_KEY, None)
         if secure is not None:
@@ -264,6 +304,7 @@ def startup_timings(config: pytest.Config) -> dict[str, dict[str, float]]:
     started = (
         ("single broker", config.stash.get(_BROKER_KEY, None)),
         ("3-node cluster", config.stash.get(_CLUSTER_KEY, None)),
+        ("networked 3-node cluster", config.stash.get(_NETWORKED_KEY, None)),
         ("TLS/SASL/ACL broker", getattr(config.stash.get(_SECURE_KEY, None), "kafka", None)),
     )
     for label, kafka in started:

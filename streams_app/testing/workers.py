@@ -40,10 +40,14 @@ class WorkerProcess:
         name: str = "worker",
         cwd: Path | None = None,
         argv: Sequence[str] | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.app = app
         #: The command line; None: ``python -m streams_app -A <app> worker`` on ``state_dir``.
         self.argv = list(argv) if argv is not None else None
+        #: Put before the command line (``nsenter --net=...``: the worker runs in a network
+        #: namespace of its own, and keeps its pid, so signals still reach it).
+        self.prefix = list(prefix)
         self.state_dir = state_dir
         self.log_path = log_path
         self.name = name
@@ -81,8 +85,9 @@ class WorkerProcess:
 
     def command(self) -> list[str]:
         if self.argv is not None:
-            return list(self.argv)
+            return [*self.prefix, *self.argv]
         return [
+            *self.prefix,
             sys.executable,
             "-m",
             "streams_app",

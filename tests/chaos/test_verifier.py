@@ -13,11 +13,14 @@ from pathlib import Path
 import pytest
 
 from streams_app.chaos import invariants as inv
+from streams_app.chaos.generator import Acked
 from streams_app.chaos.verifier import Verification, Verifier
 from tests.chaos.synthetic import Corruption, write_run
 
 
-async def verify(bootstrap: str, unique: str, tmp_path: Path, **mistakes: bool) -> Verification:
+async def verify(
+    bootstrap: str, unique: str, tmp_path: Path, acked: Acked | None = None, **mistakes: bool
+) -> Verification:
     written = await write_run(bootstrap, unique, tmp_path, Corruption(**mistakes))
     try:
         verifier = Verifier(
@@ -25,6 +28,7 @@ async def verify(bootstrap: str, unique: str, tmp_path: Path, **mistakes: bool) 
             written.system,
             stores=written.stores,
             concurrent=written.concurrent,
+            acked=acked,
             quiescence_timeout=1.0,
         )
         return await verifier.run()
@@ -77,3 +81,16 @@ async def test_each_mistake_is_reported_under_its_invariant(
         "short_offsets": {inv.ECHO, inv.AGGREGATES, inv.ATOMICITY, inv.FINAL_STATE},
     }.get(mistake, set())
     assert only(result, *expected, *allowed) == {}, dict(result.examples)
+
+
+@pytest.mark.kafka
+async def test_an_acknowledged_input_missing_from_the_topic_is_reported(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    """What the brokers acknowledged to the generator must be in the input topic: one record
+    acknowledged at an offset the topic never reached is a lost write."""
+    acked = Acked()
+    acked.add(0, 1_000_000, 7, 7)
+    result = await verify(bootstrap_servers, unique, tmp_path, acked=acked)
+    assert result.violations[inv.LOST_ACKED] == 1, dict(result.examples)
+    assert only(result, inv.LOST_ACKED) == {}, dict(result.examples)
