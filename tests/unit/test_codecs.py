@@ -166,3 +166,93 @@ def test_named_codecs() -> None:
     assert resolve_codec(int).loads(b"42") == 42
     with pytest.raises(ValueError, match="unknown codec"):
         resolve_codec("avro")
+
+
+#: Documents where a fast decoder could part ways with the standard library's.
+EDGE_DOCUMENTS = [
+    b'{"user":"key-000123","seq":123456,"amount":512.07,"note":"abc"}',
+    b"18446744073709551616",  # beyond 64 bits: an exact int (orjson gives a float)
+    b"-9223372036854775809",
+    b"123456789012345678901234567890",
+    b"9007199254740993",
+    b"0.30000000000000004",
+    b"1.00000000000000011102230246251565404236316680908203125",
+    b"5e-324",
+    b"1e-400",
+    b"-1e-400",
+    b"-0",
+    b"-0.0",
+    b"1E2",
+    b"1.0e+2",
+    b'  {"a" : [1, 2.5e-3, null, true, false]} ',
+    b'{"a":1,"a":2}',  # the last one wins
+    b'{"a":"\\u00e9\\ud83d\\ude00","b":"caf\xc3\xa9"}',
+    b'"\\ud800"',  # a lone surrogate: only the standard library accepts it
+    b"NaN",
+    b"-Infinity",
+    b"1e400",  # overflows to inf in the standard library
+    b'{"__faust":{"ns":"x"},"x":[{},[],""]}',
+]
+
+#: What neither accepts: each a DecodeError.
+NOT_JSON = [
+    b"",
+    b"[1,]",
+    b'{"a":1}x',
+    b"0123",
+    b'"\xff"',
+    b"\xef\xbb\xbf{}",
+    b'"a\x01b"',
+    b"1" * 5000,
+]
+
+
+@pytest.mark.parametrize("data", EDGE_DOCUMENTS)
+def test_json_decodes_as_the_standard_library_does(data: bytes) -> None:
+    from streams_app.codecs import json_loads
+
+    expected = json.loads(data.decode())
+    got = json_loads(data)
+    # repr: the same types (int vs float), the same float bits, the same key order.
+    assert repr(got) == repr(expected)
+
+
+@pytest.mark.parametrize("data", NOT_JSON)
+def test_what_is_not_json_is_a_decode_error(data: bytes) -> None:
+    from streams_app.codecs import json_loads
+
+    with pytest.raises(DecodeError):
+        json_loads(data)
+
+
+def test_json_decodes_generated_documents_as_the_standard_library_does() -> None:
+    import random
+
+    from streams_app.codecs import json_loads
+
+    rng = random.Random(42)
+
+    def char() -> str:
+        point = rng.choice([rng.randrange(0, 127), rng.randrange(160, 0x10FFFF)])
+        return "?" if 0xD800 <= point < 0xE000 else chr(point)  # no lone surrogates
+
+    def value(depth: int) -> Any:
+        kind = rng.randrange(8 if depth < 4 else 5)
+        if kind == 0:
+            return rng.randrange(-(2**70), 2**70)
+        if kind == 1:
+            return rng.uniform(-1e300, 1e300) * rng.choice([1, 1e-300, 1e-10])
+        if kind == 2:
+            return "".join(char() for _ in range(rng.randrange(12)))
+        if kind == 3:
+            return rng.choice([None, True, False])
+        if kind == 4:
+            return rng.randrange(-1000, 1000)
+        if kind in (5, 6):
+            return {f"k{rng.randrange(20)}": value(depth + 1) for _ in range(rng.randrange(5))}
+        return [value(depth + 1) for _ in range(rng.randrange(5))]
+
+    for _ in range(2000):
+        doc = value(0)
+        text = json.dumps(doc, ensure_ascii=rng.random() < 0.5, indent=rng.choice([None, 1]))
+        assert repr(json_loads(text.encode())) == repr(json.loads(text))
