@@ -256,3 +256,70 @@ def test_json_decodes_generated_documents_as_the_standard_library_does() -> None
         doc = value(0)
         text = json.dumps(doc, ensure_ascii=rng.random() < 0.5, indent=rng.choice([None, 1]))
         assert repr(json_loads(text.encode())) == repr(json.loads(text))
+
+
+#: Values a JSON topic may carry: what decodes, what a declared type refuses, Faust metadata.
+FINISHER_DOCUMENTS = [
+    b'{"x":1,"y":2}',
+    b'{"x":1,"y":2,"__faust":{"ns":"tests.unit.test_codecs.Point"}}',
+    b'{"x":1,"y":2,"__faust":{"ns":"elsewhere"}}',
+    b'{"x":"not an int"}',
+    b'{"__faust":"not a dict"}',
+    b"[1,2]",
+    b'"text"',
+    b'"42"',
+    b"42",
+    b"4.5",
+    b"true",
+    b"null",
+    b"not json",
+]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["json", "raw", "str", int, float, str, bytes, dict, list, Point, Plain, None],
+    ids=repr,
+)
+def test_payload_finisher_finishes_a_decoded_value_as_the_codec_reads_the_bytes(spec: Any) -> None:
+    """The dispatcher parses a JSON topic's value once and hands the payload to the finisher:
+    the same value, or the same error, as the topic's codec reading the bytes."""
+    from streams_app.codecs import json_loads, payload_finisher
+
+    for checked in (False, True):
+        codec = codec_for(spec, None, "json") if spec is not None else resolve_codec("json")
+        if checked and isinstance(spec, type):
+            codec = resolve_codec(spec, checked=True)
+        finish = payload_finisher(codec)
+        if spec in ("raw", "str", str, bytes) and finish is None:
+            continue  # not parsed as JSON: the dispatcher calls codec.loads
+        assert finish is not None, codec
+        for data in FINISHER_DOCUMENTS:
+            try:
+                expected: Any = ("value", codec.loads(data))
+            except DecodeError as exc:
+                expected = ("error", str(exc))
+            try:
+                got: Any = ("value", finish(json_loads(data)))
+            except DecodeError as exc:
+                got = ("error", str(exc))
+            assert repr(got) == repr(expected), (codec, data)
+
+
+def test_payload_finisher_is_none_for_codecs_that_do_not_parse_json() -> None:
+    from streams_app.codecs import RawCodec, StrCodec, TypedCodec, payload_finisher
+
+    class Custom:
+        name = "custom"
+
+        def dumps(self, obj: Any) -> bytes:
+            return bytes(obj)
+
+        def loads(self, data: bytes) -> Any:
+            return data[::-1]
+
+    assert payload_finisher(RawCodec()) is None
+    assert payload_finisher(StrCodec()) is None
+    assert payload_finisher(Custom()) is None
+    assert payload_finisher(TypedCodec(Custom(), int)) is None
+    assert payload_finisher(TypedCodec(RawCodec(), str)) is None
