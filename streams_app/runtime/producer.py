@@ -213,20 +213,6 @@ class StreamsProducer:
     def holding(self) -> bool:
         return self._held is not None
 
-    def _hold(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        partition: int | None,
-        headers: Sequence[tuple[str, bytes]] | None,
-        timestamp_ms: int | None,
-    ) -> HeldSend:
-        held = HeldSend()
-        assert self._held is not None
-        self._held.append((held, topic, key, value, partition, headers, timestamp_ms))
-        return held
-
     async def release(self) -> None:
         """The commit ended: the held sends go into the next transaction, in order (the held
         batches first: every :class:`HeldSend` came after them)."""
@@ -296,7 +282,10 @@ class StreamsProducer:
             chosen = batcher.choose_partition(topic, key, partition)
             if chosen is not None:
                 return self._append(topic, chosen, key, value, headers, timestamp_ms)
-        return self._hold(topic, key, value, partition, headers, timestamp_ms)
+        held = HeldSend()
+        assert self._held is not None
+        self._held.append((held, topic, key, value, partition, headers, timestamp_ms))
+        return held
 
     async def maybe_begin(self) -> None:
         if not self.exactly_once or self._in_transaction:
