@@ -27,11 +27,13 @@ worker itself wrote, unchecked. Checking never changes the bytes written.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from decimal import Decimal
 from json.encoder import encode_basestring_ascii
 from typing import Any, Protocol, TypeAlias
 
 from faust.utils.json import JSONEncoder as _FaustJSONEncoder
+from msgspec.json import Decoder as _FastJSONDecoder
 
 from streams_app.errors import RecordError
 from streams_app.record_types import ModelCheck
@@ -109,7 +111,24 @@ def json_dumps(obj: Any) -> bytes:
     return _encode(obj)
 
 
+#: msgspec's JSON decoder (C): 1.1 us for the benchmark's 100-byte object against 5.7 us for
+#: the standard library's on the loaded machine (BENCHMARKS.md, "The hot path"). It returns the
+#: same objects for every document both accept (integers of any size stay exact ints: that
+#: is why not orjson, which turns those beyond 64 bits into floats). What it refuses, the
+#: standard library decides: NaN and Infinity, numbers that overflow to inf, lone
+#: surrogates, and malformed input (whose error message is then the standard library's).
+_fast_decode = _FastJSONDecoder().decode
+
+
 def json_loads(data: bytes) -> Any:
+    try:
+        return _fast_decode(data)
+    except Exception:
+        return _slow_json_loads(data)
+
+
+def _slow_json_loads(data: bytes) -> Any:
+    """The standard library's answer (what ``json.loads`` accepts, and its errors)."""
     try:
         return _decoder.decode(data.decode())
     except (UnicodeDecodeError, ValueError) as exc:
@@ -162,7 +181,10 @@ class CheckedJsonCodec(JsonCodec):
         self._no_bool = kind in (int, float)
 
     def loads(self, data: bytes) -> Any:
-        value = super().loads(data)
+        return self.check(json_loads(data))
+
+    def check(self, value: Any) -> Any:
+        """``value`` (decoded JSON) if it is of the declared type, else :class:`DecodeError`."""
         if not isinstance(value, self._accepts) or (self._no_bool and isinstance(value, bool)):
             expected = self._EXPECTED.get(self.kind, self.kind.__name__)
             raise DecodeError(f"expected {expected}, got {type(value).__name__}")
@@ -307,6 +329,46 @@ class TypedCodec:
                 raise
             raise DecodeError(f"not a {typ.__name__}: {exc}") from exc
         return payload
+
+
+def _same(payload: Any) -> Any:
+    return payload
+
+
+def payload_finisher(codec: Codec) -> Callable[[Any], Any] | None:
+    """``finish`` such that ``codec.loads(data)`` is ``finish(json_loads(data))`` for every
+    ``data``, when ``codec`` is one of ours that parses JSON; None for any other codec.
+
+    The record dispatcher parses a JSON value once and looks for Faust's RPC request envelope
+    in the decoded object, instead of scanning every value's bytes for it first and going
+    through the codec's layers after (BENCHMARKS.md, "The hot path").
+    """
+    kind = type(codec)
+    if kind is JsonCodec:
+        return _same
+    if kind is CheckedJsonCodec:
+        return codec.check  # type: ignore[attr-defined, no-any-return]
+    if kind is RecordCodec:
+        return codec.from_payload  # type: ignore[attr-defined, no-any-return]
+    if kind is not TypedCodec or codec._raw_text:  # type: ignore[attr-defined]
+        return None
+    assert isinstance(codec, TypedCodec)
+    inner = payload_finisher(codec.serializer)
+    if inner is None:
+        return None
+    from_payload = codec.from_payload
+    if inner is not _same:
+        return lambda payload: from_payload(inner(payload))
+    if codec.typ is not None:
+        return from_payload
+
+    def untyped(payload: Any) -> Any:
+        # _reconstruct leaves everything but an object with Faust's metadata as it is.
+        if type(payload) is dict and "__faust" in payload:
+            return from_payload(payload)
+        return payload
+
+    return untyped
 
 
 CodecSpec: TypeAlias = "str | type[Any] | Codec | None"

@@ -383,6 +383,16 @@ class Stream:
             core.settled.clear()
         core.wakeup.set()
 
+    def feed_all(self, events: list[Event]) -> None:
+        """:meth:`feed` for a run of events, in order: one wake-up instead of one per event."""
+        core = self._core
+        if core.failed:
+            return
+        core.inbox.extend(events)
+        if core.settled.is_set() and not core.parked:
+            core.settled.clear()
+        core.wakeup.set()
+
     def request_flush(self) -> bool:
         """Ask a holding ``take`` to yield what it holds; False if it holds nothing."""
         core = self._core

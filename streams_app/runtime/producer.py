@@ -29,9 +29,15 @@ record-by-record path (aiokafka checks their size there, and raises to the agent
 
 **Held sends.** While a commit's last round trips are in flight the worker processes the next
 records (:mod:`streams_app.runtime.commit`). What they send must not join the transaction being
-committed: its offsets do not cover them. Between :meth:`StreamsProducer.hold` and
-:meth:`StreamsProducer.release` sends are kept in order and each returns a :class:`HeldSend`;
-``release`` (after EndTxn) sends them into the next transaction, and an abort drops them.
+committed: its offsets do not cover them. :meth:`StreamsProducer.hold` ships what is open (it
+belongs to the commit), and until :meth:`StreamsProducer.release` records are appended to new
+open batches as usual, which are not shipped: a batch that fills up waits sealed, and the linger
+does not send them. ``release`` (after EndTxn) begins the next transaction and ships the full
+ones; the open ones go on taking records. An abort drops them all. Only what cannot take the
+batch path (a large value, a topic whose metadata is unknown) is kept as a :class:`HeldSend`,
+and from the first of those on every held send is, so that ``release`` re-sends them after the
+held batches, in order. (Re-sending every held record at ``release`` took 7% of a saturated
+worker's CPU samples: BENCHMARKS.md, "The hot path".)
 """
 
 from __future__ import annotations
@@ -112,8 +118,13 @@ class StreamsProducer:
         self._direct_bytes = max(1024, min(config.max_batch_size, config.max_request_size) // 2)
         # Agents and the dispatch loop may send concurrently; only one of them may begin.
         self._begin_lock = asyncio.Lock()
-        #: Sends held while a commit is in flight (None: not holding): see :meth:`hold`.
+        #: Sends held while a commit is in flight (None: not holding): see :meth:`hold`. Those
+        #: that could not take the batch path, re-sent by :meth:`release`.
         self._held: list[tuple[HeldSend, str, Any, Any, Any, Any, Any]] | None = None
+        #: While holding: the batches opened since :meth:`hold` (they belong to the next
+        #: transaction), and those of them that filled up, sealed, in order, not shipped.
+        self._held_batches: list[OpenBatch] = []
+        self._held_full: list[OpenBatch] = []
         self.transactions_committed = 0
         self.transactions_aborted = 0
         self.recreated = 0
@@ -191,33 +202,33 @@ class StreamsProducer:
             await self._reconnect.start("the producer", self.start)
 
     def hold(self) -> None:
-        """From now until :meth:`release`, sends are kept back from the transaction in flight."""
+        """From now until :meth:`release`, sends are kept back from the transaction in flight.
+
+        What is open now belongs to that transaction: it is shipped now (the commit's flush
+        would ship it first thing anyway), so that every open batch from here on is held."""
+        self._enqueue_open()
         self._held = []
 
     @property
     def holding(self) -> bool:
         return self._held is not None
 
-    def _hold(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        partition: int | None,
-        headers: Sequence[tuple[str, bytes]] | None,
-        timestamp_ms: int | None,
-    ) -> HeldSend:
-        held = HeldSend()
-        assert self._held is not None
-        self._held.append((held, topic, key, value, partition, headers, timestamp_ms))
-        return held
-
     async def release(self) -> None:
-        """The commit ended: the held sends go into the next transaction, in order."""
-        held, self._held = self._held, None
-        if not held:
+        """The commit ended: the held sends go into the next transaction, in order (the held
+        batches first: every :class:`HeldSend` came after them)."""
+        if self._held is None:
             return
-        await self.maybe_begin()
+        if self._held or self._held_batches:
+            await self.maybe_begin()  # sends meanwhile are still held: nothing ships before it
+        held, self._held = self._held, None
+        full, self._held_full = self._held_full, []
+        for batch in self._held_batches:
+            batch.held = False
+        self._held_batches = []
+        for batch in full:
+            self._ship_sealed(batch)
+        if self._open and self._linger_handle is None:
+            self._linger_handle = self._clock.call_later(self._linger_s, self._lingered)
         for future, topic, key, value, partition, headers, timestamp_ms in held:
             sent: SendFuture | None = self.send_nowait(
                 topic, key, value, partition, headers, timestamp_ms
@@ -236,8 +247,45 @@ class StreamsProducer:
     def drop_held(self) -> None:
         """The records that made the held sends are undone: so are the sends."""
         held, self._held = self._held, None
-        for future, *_ in held or ():
+        if held is None:
+            return
+        for future, *_ in held:
             future._drop()
+        # Every batch open while holding is a held one (hold() shipped the others).
+        dropped = list(self._open.values()) + self._held_full
+        self._open.clear()
+        self._held_full = []
+        self._held_batches = []
+        if self._linger_handle is not None:
+            self._linger_handle.cancel()
+            self._linger_handle = None
+        for batch in dropped:
+            batch.future.cancel()
+
+    def _send_held(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        headers: Sequence[tuple[str, bytes]] | None,
+        timestamp_ms: int | None,
+    ) -> RecordFuture | HeldSend:
+        """A send while holding: into a held batch, or, from the first record that cannot
+        take the batch path on, a :class:`HeldSend` (see the module doc)."""
+        batcher = self._batcher
+        if (
+            not self._held
+            and batcher is not None
+            and (value is None or len(value) <= self._direct_bytes)
+        ):
+            chosen = batcher.choose_partition(topic, key, partition)
+            if chosen is not None:
+                return self._append(topic, chosen, key, value, headers, timestamp_ms)
+        held = HeldSend()
+        assert self._held is not None
+        self._held.append((held, topic, key, value, partition, headers, timestamp_ms))
+        return held
 
     async def maybe_begin(self) -> None:
         if not self.exactly_once or self._in_transaction:
@@ -266,7 +314,7 @@ class StreamsProducer:
         place that knows when none is needed.
         """
         if self._held is not None:
-            return self._hold(topic, key, value, partition, headers, timestamp_ms)
+            return self._send_held(topic, key, value, partition, headers, timestamp_ms)
         batcher = self._batcher
         if (
             batcher is None
@@ -291,7 +339,7 @@ class StreamsProducer:
         timestamp_ms: int | None = None,
     ) -> SendFuture:
         if self._held is not None:
-            return self._hold(topic, key, value, partition, headers, timestamp_ms)
+            return self._send_held(topic, key, value, partition, headers, timestamp_ms)
         if self._eos and not self._in_transaction:
             await self.maybe_begin()
         batcher = self._batcher
@@ -391,6 +439,9 @@ class StreamsProducer:
             loop,
             None if direct is None else direct.raw_append(builder),
         )
+        if self._held is not None:  # the next transaction's: not shipped before release()
+            batch.held = True
+            self._held_batches.append(batch)
         if self._linger_handle is None:
             self._linger_handle = self._clock.call_later(self._linger_s, self._lingered)
         return batch
@@ -411,6 +462,8 @@ class StreamsProducer:
         if self._linger_handle is not None:
             self._linger_handle.cancel()
             self._linger_handle = None
+        if self._held is not None:
+            return  # what is open is held: release() ships it (and re-arms the linger)
         if self._open:
             for batch in self._open.values():
                 self._enqueue(batch)
@@ -422,6 +475,12 @@ class StreamsProducer:
             self._direct.seal_batch(batch.builder, batch.count)
         else:
             batch.builder.close()
+        if batch.held:
+            self._held_full.append(batch)  # full while holding: shipped by release()
+            return
+        self._ship_sealed(batch)
+
+    def _ship_sealed(self, batch: OpenBatch) -> None:
         self.stats.batch(batch.topic, batch.count)
         self._queue.append(batch)
         if self._shipper is None or self._shipper.done():

@@ -83,6 +83,11 @@ def unwrap_envelope(raw_value: bytes) -> tuple[str, str, Any] | None:
         payload = json_loads(raw_value)
     except ValueError:
         return None
+    return envelope_of(payload)
+
+
+def envelope_of(payload: Any) -> tuple[str, str, Any] | None:
+    """The envelope of :func:`unwrap_envelope` in a value already decoded from JSON."""
     if not isinstance(payload, dict):
         return None
     meta = payload.get("__faust")

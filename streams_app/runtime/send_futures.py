@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from streams_app.runtime.scope import current_parkable, in_processing
 from streams_app.topology.contract import SendFuture
 from streams_app.transport.base import AppendedRecord, RawAppend, RecordBatch, RecordMetadataLike
+
+_T = TypeVar("_T")
 
 
 class SentRecord:
@@ -36,7 +38,7 @@ class SentRecord:
 class OpenBatch:
     """An open batch for one partition, and the one future all its records share."""
 
-    __slots__ = ("append", "builder", "count", "direct", "future", "partition", "topic")
+    __slots__ = ("append", "builder", "count", "direct", "future", "held", "partition", "topic")
 
     def __init__(
         self,
@@ -56,6 +58,9 @@ class OpenBatch:
         self.direct = raw is not None
         self.append: RawAppend = raw if raw is not None else _numbered(builder)
         self.count = 0
+        #: Opened while a commit was in flight: it belongs to the next transaction and is not
+        #: shipped before the producer's ``release`` (which clears this).
+        self.held = False
         #: Settles with the batch: the first record's metadata (None under acks=0).
         self.future: asyncio.Future[RecordMetadataLike | None] = loop.create_future()
 
@@ -134,12 +139,29 @@ class RecordFuture:
         self._batch.future.add_done_callback(lambda _: fn(self))
 
     def __await__(self) -> Generator[Any, None, RecordMetadataLike]:
-        yield from asyncio.shield(self._batch.future).__await__()
+        if self._batch.held:
+            yield from _parked_until(self._batch.future).__await__()
+        else:
+            yield from asyncio.shield(self._batch.future).__await__()
         return self.result()
 
     def __repr__(self) -> str:
         state = "pending" if not self.done() else "done"
         return f"<RecordFuture {self._batch.topic}[{self._batch.partition}] {state}>"
+
+
+async def _parked_until(future: asyncio.Future[_T]) -> _T:
+    """Wait for a held send's outcome, parked: it cannot come before the commit in flight
+    ends, and the worker waits for its agents to settle before it goes on. Parked, the agent
+    counts as settled (as while it waits for an RPC reply), so the commit is not waited for."""
+    parkable = current_parkable.get() if in_processing.get() else None
+    if parkable is not None:
+        parkable.park()
+    try:
+        return await asyncio.shield(future)
+    finally:
+        if parkable is not None:
+            parkable.unpark()
 
 
 class HeldSend:
@@ -206,17 +228,7 @@ class HeldSend:
         waiter = self._wait()
         if self._sent is not None or self._dropped:
             return await asyncio.shield(waiter)
-        # Still held: the commit in flight must end before this can resolve, and the worker
-        # waits for its agents to settle before it goes on. Parked, the agent counts as
-        # settled (as while it waits for an RPC reply), so the commit is not waited for.
-        parkable = current_parkable.get() if in_processing.get() else None
-        if parkable is not None:
-            parkable.park()
-        try:
-            return await asyncio.shield(waiter)
-        finally:
-            if parkable is not None:
-                parkable.unpark()
+        return await _parked_until(waiter)  # still held
 
 
 def _chain(sent: SendFuture, waiter: asyncio.Future[RecordMetadataLike]) -> None:

@@ -166,3 +166,160 @@ def test_named_codecs() -> None:
     assert resolve_codec(int).loads(b"42") == 42
     with pytest.raises(ValueError, match="unknown codec"):
         resolve_codec("avro")
+
+
+#: Documents where a fast decoder could part ways with the standard library's.
+EDGE_DOCUMENTS = [
+    b'{"user":"key-000123","seq":123456,"amount":512.07,"note":"abc"}',
+    b"18446744073709551616",  # beyond 64 bits: an exact int (orjson gives a float)
+    b"-9223372036854775809",
+    b"123456789012345678901234567890",
+    b"9007199254740993",
+    b"0.30000000000000004",
+    b"1.00000000000000011102230246251565404236316680908203125",
+    b"5e-324",
+    b"1e-400",
+    b"-1e-400",
+    b"-0",
+    b"-0.0",
+    b"1E2",
+    b"1.0e+2",
+    b'  {"a" : [1, 2.5e-3, null, true, false]} ',
+    b'{"a":1,"a":2}',  # the last one wins
+    b'{"a":"\\u00e9\\ud83d\\ude00","b":"caf\xc3\xa9"}',
+    b'"\\ud800"',  # a lone surrogate: only the standard library accepts it
+    b"NaN",
+    b"-Infinity",
+    b"1e400",  # overflows to inf in the standard library
+    b'{"__faust":{"ns":"x"},"x":[{},[],""]}',
+]
+
+#: What neither accepts: each a DecodeError.
+NOT_JSON = [
+    b"",
+    b"[1,]",
+    b'{"a":1}x',
+    b"0123",
+    b'"\xff"',
+    b"\xef\xbb\xbf{}",
+    b'"a\x01b"',
+    b"1" * 5000,
+]
+
+
+@pytest.mark.parametrize("data", EDGE_DOCUMENTS)
+def test_json_decodes_as_the_standard_library_does(data: bytes) -> None:
+    from streams_app.codecs import json_loads
+
+    expected = json.loads(data.decode())
+    got = json_loads(data)
+    # repr: the same types (int vs float), the same float bits, the same key order.
+    assert repr(got) == repr(expected)
+
+
+@pytest.mark.parametrize("data", NOT_JSON)
+def test_what_is_not_json_is_a_decode_error(data: bytes) -> None:
+    from streams_app.codecs import json_loads
+
+    with pytest.raises(DecodeError):
+        json_loads(data)
+
+
+def test_json_decodes_generated_documents_as_the_standard_library_does() -> None:
+    import random
+
+    from streams_app.codecs import json_loads
+
+    rng = random.Random(42)
+
+    def char() -> str:
+        point = rng.choice([rng.randrange(0, 127), rng.randrange(160, 0x10FFFF)])
+        return "?" if 0xD800 <= point < 0xE000 else chr(point)  # no lone surrogates
+
+    def value(depth: int) -> Any:
+        kind = rng.randrange(8 if depth < 4 else 5)
+        if kind == 0:
+            return rng.randrange(-(2**70), 2**70)
+        if kind == 1:
+            return rng.uniform(-1e300, 1e300) * rng.choice([1, 1e-300, 1e-10])
+        if kind == 2:
+            return "".join(char() for _ in range(rng.randrange(12)))
+        if kind == 3:
+            return rng.choice([None, True, False])
+        if kind == 4:
+            return rng.randrange(-1000, 1000)
+        if kind in (5, 6):
+            return {f"k{rng.randrange(20)}": value(depth + 1) for _ in range(rng.randrange(5))}
+        return [value(depth + 1) for _ in range(rng.randrange(5))]
+
+    for _ in range(2000):
+        doc = value(0)
+        text = json.dumps(doc, ensure_ascii=rng.random() < 0.5, indent=rng.choice([None, 1]))
+        assert repr(json_loads(text.encode())) == repr(json.loads(text))
+
+
+#: Values a JSON topic may carry: what decodes, what a declared type refuses, Faust metadata.
+FINISHER_DOCUMENTS = [
+    b'{"x":1,"y":2}',
+    b'{"x":1,"y":2,"__faust":{"ns":"tests.unit.test_codecs.Point"}}',
+    b'{"x":1,"y":2,"__faust":{"ns":"elsewhere"}}',
+    b'{"x":"not an int"}',
+    b'{"__faust":"not a dict"}',
+    b"[1,2]",
+    b'"text"',
+    b'"42"',
+    b"42",
+    b"4.5",
+    b"true",
+    b"null",
+    b"not json",
+]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["json", "raw", "str", int, float, str, bytes, dict, list, Point, Plain, None],
+    ids=repr,
+)
+def test_payload_finisher_finishes_a_decoded_value_as_the_codec_reads_the_bytes(spec: Any) -> None:
+    """The dispatcher parses a JSON topic's value once and hands the payload to the finisher:
+    the same value, or the same error, as the topic's codec reading the bytes."""
+    from streams_app.codecs import json_loads, payload_finisher
+
+    for checked in (False, True):
+        codec = codec_for(spec, None, "json") if spec is not None else resolve_codec("json")
+        if checked and isinstance(spec, type):
+            codec = resolve_codec(spec, checked=True)
+        finish = payload_finisher(codec)
+        if spec in ("raw", "str", str, bytes) and finish is None:
+            continue  # not parsed as JSON: the dispatcher calls codec.loads
+        assert finish is not None, codec
+        for data in FINISHER_DOCUMENTS:
+            try:
+                expected: Any = ("value", codec.loads(data))
+            except DecodeError as exc:
+                expected = ("error", str(exc))
+            try:
+                got: Any = ("value", finish(json_loads(data)))
+            except DecodeError as exc:
+                got = ("error", str(exc))
+            assert repr(got) == repr(expected), (codec, data)
+
+
+def test_payload_finisher_is_none_for_codecs_that_do_not_parse_json() -> None:
+    from streams_app.codecs import RawCodec, StrCodec, TypedCodec, payload_finisher
+
+    class Custom:
+        name = "custom"
+
+        def dumps(self, obj: Any) -> bytes:
+            return bytes(obj)
+
+        def loads(self, data: bytes) -> Any:
+            return data[::-1]
+
+    assert payload_finisher(RawCodec()) is None
+    assert payload_finisher(StrCodec()) is None
+    assert payload_finisher(Custom()) is None
+    assert payload_finisher(TypedCodec(Custom(), int)) is None
+    assert payload_finisher(TypedCodec(RawCodec(), str)) is None

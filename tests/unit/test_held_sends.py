@@ -78,3 +78,88 @@ async def test_dead_letters_sent_while_a_commit_is_in_flight_count_with_the_next
     assert (letters.committed_count, committed) == (1, ["in"])
     letters.committed()  # the next commit carries the second
     assert letters.committed_count == 2
+
+
+# -- held batches: the batch path while a commit is in flight (in-memory broker) -------------
+
+
+async def _batching_producer(**config: object) -> tuple[StreamsProducer, object]:
+    from streams_app.testing.memory.broker import MemoryKafka
+
+    kafka = MemoryKafka()
+    kafka.create_topic("out", 1)
+    kafka.create_topic("in", 1)
+    producer = StreamsProducer(
+        kafka.transport(),
+        ProducerConfig(transactional_id="tx", **config),  # type: ignore[arg-type]
+    )
+    await producer.start()
+    await producer.maybe_begin()
+    return producer, kafka
+
+
+def _values(kafka: object, *, read_committed: bool) -> list[bytes]:
+    return [r.value for r in kafka.read("out", read_committed=read_committed)]  # type: ignore[attr-defined]
+
+
+async def test_sends_while_holding_go_into_held_batches_shipped_after_end_txn_in_order() -> None:
+    from streams_app.runtime.send_futures import RecordFuture
+
+    # Small batches: some held batches fill up while holding, and wait sealed.
+    producer, kafka = await _batching_producer(max_batch_size=1024)
+    assert producer.send_nowait("out", b"k", b"0", None, None, None) is not None
+    producer.hold()
+    committing = asyncio.ensure_future(producer.commit({}, GROUP))
+    small = [
+        producer.send_nowait("out", b"k", b"%d" % n + b"." * 60, None, None, None)
+        for n in range(1, 40)
+    ]
+    assert all(isinstance(f, RecordFuture) and not f.done() for f in small)
+    # A value too large for the batch path is held as it was; every send after it too, so
+    # that release() keeps the order.
+    large = await producer.send("out", key=b"k", value=b"L" * 4096)
+    after = producer.send_nowait("out", b"k", b"after", None, None, None)
+    assert isinstance(large, HeldSend) and isinstance(after, HeldSend)
+    await committing
+    # Nothing held reached the broker before EndTxn, not even uncommitted.
+    assert _values(kafka, read_committed=False) == [b"0"]
+    await producer.release()
+    assert not producer.holding
+    await producer.commit({}, GROUP)
+    expected = [b"0", *(b"%d" % n + b"." * 60 for n in range(1, 40)), b"L" * 4096, b"after"]
+    assert _values(kafka, read_committed=True) == expected
+    assert all(f.done() and not f.cancelled() for f in [*small, large, after])  # type: ignore[union-attr]
+    # Each record's own offset, read from its batch's first.
+    offsets = [r.offset for r in kafka.read("out")][1:40]  # type: ignore[attr-defined]
+    assert [f.result().offset for f in small] == offsets  # type: ignore[union-attr]
+
+
+async def test_an_abort_while_holding_drops_the_held_batches() -> None:
+    producer, kafka = await _batching_producer()
+    producer.hold()
+    held = producer.send_nowait("out", b"k", b"1", None, None, None)
+    assert held is not None
+    waiter = asyncio.ensure_future(_await(held))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    producer.drop_held()
+    await producer.abort()
+    assert held.cancelled() and not producer.holding and not producer.lingering
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    await producer.release()  # nothing left to release
+    await producer.send("out", key=b"k", value=b"2")
+    await producer.commit({}, GROUP)
+    assert _values(kafka, read_committed=False) == [b"2"]
+
+
+async def test_the_linger_does_not_ship_held_batches() -> None:
+    producer, kafka = await _batching_producer(linger_ms=0)
+    producer.hold()
+    assert producer.send_nowait("out", b"k", b"1", None, None, None) is not None
+    producer.send_lingering()
+    for _ in range(5):
+        await asyncio.sleep(0.001)
+    assert _values(kafka, read_committed=False) == []
+    await producer.release()
+    await producer.commit({}, GROUP)
+    assert _values(kafka, read_committed=True) == [b"1"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from streams_app.codecs import DecodeError, TombstoneError
+from streams_app.codecs import DecodeError, TombstoneError, json_loads, payload_finisher
 from streams_app.errors import InvalidTimestamp
 from streams_app.runtime import rpc
 from streams_app.runtime.actor import AgentRunner
@@ -63,6 +63,9 @@ class RecordDispatcher:
         topic = self.topics[tp.topic]
         load_key, load_value = topic.key_codec.loads, topic.value_codec.loads
         from_payload = getattr(topic.value_codec, "from_payload", None)
+        # A JSON topic's values are parsed once, and the RPC envelope looked for in the object
+        # (None: another codec; its values' bytes are scanned for the envelope instead).
+        finish = payload_finisher(topic.value_codec)
         tombstones = topic.accepts_tombstones
         streams = [
             actors[tp.partition % len(actors)].input for actors in self.runner.actor_lists(tp.topic)
@@ -80,94 +83,130 @@ class RecordDispatcher:
         limit = (
             0 if self.flow.draining else (BUSY_INBOX if any(s.parked for s in streams) else None)
         )
+        # With no agent busy the events are handed over in one go per stream when the run is
+        # done (``Stream.feed_all``), or before anything is awaited (a dead letter): the agents
+        # get the same events in the same order, and none of them runs in between anyway.
+        # Busy agents get them one by one, counted against ``limit``; so do group_by forwards,
+        # awaited after every record.
+        events: list[Event] | None = [] if limit is None and not forwarders else None
         # Stream time (runtime.stream_time): the record's time, and the partition's largest.
         timestamp_fn = topic.timestamp_fn
         times = task.partition_times
         partition_time = times.get(tp, -1)
-        for record in records:
-            offset = record.offset
-            if offset < expected:
-                continue  # fetched before a rewind or rebalance: already processed
-            if limit is not None and any(not s.idle and s.pending >= limit for s in streams):
-                self.flow.hold(task, tp, offset)
-                break
-            if poisoned:
-                failure = policy.poison_for(tp.topic, tp.partition, offset)
-                if failure is not None:  # decided before the abort that brought it round
-                    position = (tp.topic, tp.partition, offset)
-                    await self.dead_letter(
-                        record, failure.error, failure.agent, policy.attempts_of(position)
-                    )
-                    offsets[tp] = offset + 1
+        # The next offset to process: kept here, and stored in task.offsets before anything is
+        # awaited and when the run ends (one dict store per run instead of one per record).
+        position = expected
+
+        async def skip(record: RecordLike, error: BaseException, agent: str | None, n: int) -> int:
+            """Dead-letter ``record`` (what came before it handed over first): its next offset."""
+            offsets[tp] = record.offset
+            if events:
+                for stream in streams:
+                    stream.feed_all(events)
+                events.clear()
+            await self.dead_letter(record, error, agent, n)
+            offsets[tp] = record.offset + 1
+            return record.offset + 1
+
+        try:
+            for record in records:
+                offset = record.offset
+                if offset < expected:
+                    continue  # fetched before a rewind or rebalance: already processed
+                if limit is not None and any(not s.idle and s.pending >= limit for s in streams):
+                    offsets[tp] = position
+                    self.flow.hold(task, tp, offset)
+                    break
+                if poisoned:
+                    failure = policy.poison_for(tp.topic, tp.partition, offset)
+                    if failure is not None:  # decided before the abort that brought it round
+                        attempts = policy.attempts_of((tp.topic, tp.partition, offset))
+                        position = await skip(record, failure.error, failure.agent, attempts)
+                        continue
+                raw_key, raw_value = record.key, record.value
+                headers = record.headers
+                if type(headers) is not tuple:
+                    headers = tuple(headers)
+                reply_to = correlation_id = None
+                try:
+                    key = None if raw_key is None else load_key(raw_key)
+                    if headers:
+                        reply_to, correlation_id = rpc.request_headers(headers)
+                    envelope = None
+                    if raw_value is None:
+                        if not tombstones:
+                            raise TombstoneError(
+                                f"a record without a value (tombstone) on {tp.topic}, whose "
+                                "values are a Record model"
+                            )
+                        value = None
+                    elif finish is not None:
+                        payload = json_loads(raw_value)
+                        if reply_to is None and type(payload) is dict and "__faust" in payload:
+                            envelope = rpc.envelope_of(payload)
+                        if envelope is None:
+                            value = finish(payload)
+                    elif reply_to is None and raw_value[:1] == b"{":
+                        envelope = rpc.unwrap_envelope(raw_value)
+                        if envelope is None:
+                            value = load_value(raw_value)
+                    else:
+                        value = load_value(raw_value)
+                    if envelope is not None:
+                        reply_to, correlation_id, payload = envelope
+                        value = from_payload(payload) if from_payload is not None else payload
+                except Exception as exc:  # a poison record: dead-letter it, never crash-loop
+                    error = exc if isinstance(exc, DecodeError) else DecodeError(str(exc))
+                    position = await skip(record, error, None, 0)
                     continue
-            raw_key, raw_value = record.key, record.value
-            headers = tuple(record.headers)
-            reply_to = correlation_id = None
-            try:
-                key = None if raw_key is None else load_key(raw_key)
-                if headers:
-                    reply_to, correlation_id = rpc.request_headers(headers)
-                envelope = (
-                    rpc.unwrap_envelope(raw_value)
-                    if raw_value is not None and reply_to is None and raw_value[:1] == b"{"
-                    else None
+                timestamp = record.timestamp
+                if timestamp_fn is not None or timestamp < 0:
+                    try:
+                        timestamp = topic.timestamp_of(timestamp, value, partition_time)
+                    except InvalidTimestamp as exc:
+                        position = await skip(record, exc, None, 0)
+                        continue
+                if timestamp > partition_time:
+                    partition_time = times[tp] = timestamp
+                event = Event(
+                    tp.topic,
+                    tp.partition,
+                    offset,
+                    timestamp,
+                    key,
+                    value,
+                    headers,
+                    raw_key,
+                    raw_value,
+                    task,
+                    reply_to,
+                    correlation_id,
                 )
-                if envelope is not None:
-                    reply_to, correlation_id, payload = envelope
-                    value = from_payload(payload) if from_payload is not None else payload
-                elif raw_value is not None:
-                    value = load_value(raw_value)
-                elif tombstones:
-                    value = None
+                if events is not None:
+                    events.append(event)
                 else:
-                    raise TombstoneError(
-                        f"a record without a value (tombstone) on {tp.topic}, whose values are "
-                        "a Record model"
-                    )
-            except Exception as exc:  # a poison record: dead-letter it, never crash-loop
-                error = exc if isinstance(exc, DecodeError) else DecodeError(str(exc))
-                await self.dead_letter(record, error, None, 0)
-                offsets[tp] = offset + 1
-                continue
-            timestamp = record.timestamp
-            if timestamp_fn is not None or timestamp < 0:
-                try:
-                    timestamp = topic.timestamp_of(timestamp, value, partition_time)
-                except InvalidTimestamp as exc:
-                    await self.dead_letter(record, exc, None, 0)
-                    offsets[tp] = offset + 1
-                    continue
-            if timestamp > partition_time:
-                partition_time = times[tp] = timestamp
-            event = Event(
-                tp.topic,
-                tp.partition,
-                offset,
-                timestamp,
-                key,
-                value,
-                headers,
-                raw_key,
-                raw_value,
-                task,
-                reply_to,
-                correlation_id,
-            )
-            for stream in streams:
-                stream.feed(event)
-            if forwarders:
-                token = current_event.set(event)
-                scope = in_processing.set(True)
-                try:
-                    for forwarder in forwarders:
-                        await forwarder.forward(event)
-                except Exception as exc:
-                    raise AgentFailed([Failure.of(forwarder.label, exc, event)]) from exc
-                finally:
-                    in_processing.reset(scope)
-                    current_event.reset(token)
-            offsets[tp] = offset + 1
-            count += 1
+                    for stream in streams:
+                        stream.feed(event)
+                if forwarders:
+                    offsets[tp] = offset
+                    token = current_event.set(event)
+                    scope = in_processing.set(True)
+                    try:
+                        for forwarder in forwarders:
+                            await forwarder.forward(event)
+                    except Exception as exc:
+                        raise AgentFailed([Failure.of(forwarder.label, exc, event)]) from exc
+                    finally:
+                        in_processing.reset(scope)
+                        current_event.reset(token)
+                position = offset + 1
+                count += 1
+        finally:
+            if position > expected:
+                offsets[tp] = position
+            if events:
+                for stream in streams:
+                    stream.feed_all(events)
         self.fed += count
         self.metrics.count_in(tp.topic, count)
         return count
