@@ -100,3 +100,31 @@ def test_only_the_block_between_the_markers_is_replaced(tmp_path: Path) -> None:
     assert text.endswith(figures.END + "\nafter\n") and "255" not in text
     figures.main([str(summary), "--write", str(readme)])
     assert readme.read_text() == text  # idempotent
+
+
+def test_the_long_cases_left_out_are_counted_not_hidden() -> None:
+    run = {**copy.deepcopy(RUN), "long_cases_left_out": 7}
+    run["outcomes"]["deselected"] = 7
+    assert figures.refusal(run) is None
+    assert "| Long cases left out (`make test-long` runs them) | 7 |" in figures.render(run)
+
+
+class _Case:
+    def __init__(self, name: str, long: bool) -> None:
+        self.name, self.long = name, long
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return object() if name == "long" and self.long else None
+
+
+def test_long_selects_the_long_cases_out_also_or_only() -> None:
+    from tests.conftest import split_long
+
+    cases = [_Case("a", False), _Case("b", True), _Case("c", False)]
+    names = lambda got: [c.name for c in got]  # noqa: E731
+    kept, dropped = split_long(cases, "no")
+    assert (names(kept), names(dropped)) == (["a", "c"], ["b"])
+    kept, dropped = split_long(cases, "only")
+    assert (names(kept), names(dropped)) == (["b"], ["a", "c"])
+    kept, dropped = split_long(cases, "also")
+    assert (names(kept), names(dropped)) == (["a", "b", "c"], [])
