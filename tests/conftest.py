@@ -47,9 +47,22 @@ def split_long(items: list[Any], choice: str) -> tuple[list[Any], list[Any]]:
     keep: list[Any] = []
     drop: list[Any] = []
     for item in items:
-        is_long = item.get_closest_marker("long") is not None
-        (drop if is_long == (choice == "no") else keep).append(item)
+        (drop if is_long(item) == (choice == "no") else keep).append(item)
     return keep, drop
+
+
+def is_long(item: Any) -> bool:
+    """Marked ``long``, or ``long_on(backend, ...)`` and run on one of those harness backends
+    (``pytest.param(..., marks=pytest.mark.long_on("kafka"))``: the [memory] run stays)."""
+    if item.get_closest_marker("long") is not None:
+        return True
+    marker = item.get_closest_marker("long_on")
+    callspec = getattr(item, "callspec", None)
+    return (
+        marker is not None
+        and callspec is not None
+        and callspec.params.get("streams_backend") in marker.args
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -67,6 +80,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "long: a further real-broker case of a capability make test already covers, or a run "
         "too long for it: run by make test-long (--long=only), left out of make test",
+    )
+    config.addinivalue_line(
+        "markers", "long_on(*backends): long only when run on these harness backends ('kafka')"
     )
 
 
