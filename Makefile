@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-10)
 PYTEST_ARGS ?=
 BENCH_STAMP := $(VENV)/.bench-$(shell sha1sum pyproject.toml | cut -c1-10)
 
-.PHONY: setup demo test readme-figures faust-conformance chaos soak bench pipeline lint typecheck broker-start broker-stop clean
+.PHONY: setup demo test test-long readme-figures faust-conformance chaos soak bench pipeline lint typecheck broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "streams_app needs Python >= 3.11 (set PYTHON=python3.11)")'
@@ -31,6 +31,12 @@ demo: setup
 ## test: the whole suite against real brokers (single node, 3-node cluster, Spark, PostgreSQL)
 test: setup
 	$(BIN)/python -m pytest --test-summary=test-results.json $(PYTEST_ARGS)
+
+## test-long: the cases marked `long`, left out of `make test`: further real-broker cases of
+## capabilities `make test` covers (more kills, more records, other guarantees) and runs too long
+## for its 20 minutes (docs/testing.md lists them)
+test-long: setup
+	$(BIN)/python -m pytest --long=only $(PYTEST_ARGS)
 
 ## readme-figures: README's `make test` figures from the last run's test-results.json
 readme-figures: $(STAMP)

@@ -2,7 +2,12 @@
 (streams_app.testing.plugin, registered as an entry point), exactly as app teams get them.
 
 ``--test-summary=PATH`` (``make test`` passes ``test-results.json``) writes the run's figures,
-from which ``make readme-figures`` regenerates the README's (tests/figures.py)."""
+from which ``make readme-figures`` regenerates the README's (tests/figures.py).
+
+``--long=no|also|only``: the cases marked ``long`` (a further real-broker case of a capability
+that ``make test`` already covers on a real broker, or a run too long for it) are left out of a
+plain run (``make test``), run as well (``also``), or alone (``only``: ``make test-long``). They
+are deselected, not skipped: a left-out case is never reported as a pass or a skip."""
 
 from __future__ import annotations
 
@@ -25,6 +30,59 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="write the run's figures (outcomes, tests on real components, wall time, start-up "
         "times) to PATH as JSON; `python -m tests.figures PATH` renders the README's table",
+    )
+    parser.addoption(
+        "--long",
+        choices=("no", "also", "only"),
+        default="no",
+        help="the cases marked `long` (make test-long): left out (no, the default: make test), "
+        "run as well (also), or alone (only)",
+    )
+
+
+def split_long(items: list[Any], choice: str) -> tuple[list[Any], list[Any]]:
+    """(kept, left out) of ``items`` for ``--long=choice``."""
+    if choice == "also":
+        return list(items), []
+    keep: list[Any] = []
+    drop: list[Any] = []
+    for item in items:
+        (drop if is_long(item) == (choice == "no") else keep).append(item)
+    return keep, drop
+
+
+def is_long(item: Any) -> bool:
+    """Marked ``long``, or ``long_on(backend, ...)`` and run on one of those harness backends
+    (``pytest.param(..., marks=pytest.mark.long_on("kafka"))``: the [memory] run stays)."""
+    if item.get_closest_marker("long") is not None:
+        return True
+    marker = item.get_closest_marker("long_on")
+    callspec = getattr(item, "callspec", None)
+    return (
+        marker is not None
+        and callspec is not None
+        and callspec.params.get("streams_backend") in marker.args
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    choice = config.getoption("--long")
+    keep, drop = split_long(items, choice)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    if choice == "no":
+        figures.long_cases_left_out(config, len(drop))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "long: a further real-broker case of a capability make test already covers, or a run "
+        "too long for it: run by make test-long (--long=only), left out of make test",
+    )
+    config.addinivalue_line(
+        "markers", "long_on(*backends): long only when run on these harness backends ('kafka')"
     )
 
 

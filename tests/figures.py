@@ -46,6 +46,7 @@ COMPONENTS: dict[str, tuple[frozenset[str], str | None]] = {
 _STARTED = pytest.StashKey[tuple[float, float]]()
 _USES = pytest.StashKey[dict[str, list[str]]]()
 _STARTUP = pytest.StashKey[dict[str, dict[str, float]]]()
+_LONG_LEFT_OUT = pytest.StashKey[int]()
 
 
 # -- during the run (called from tests/conftest.py) ------------------------------------------
@@ -68,6 +69,12 @@ def item_started(item: pytest.Item) -> None:
     item.config.stash.setdefault(_USES, {})[item.nodeid] = uses
 
 
+def long_cases_left_out(config: pytest.Config, count: int) -> None:
+    """``make test`` leaves out the ``long`` cases (``make test-long`` runs them): deselected,
+    but the run is still the whole of ``make test``."""
+    config.stash[_LONG_LEFT_OUT] = count
+
+
 def record_startup(config: pytest.Config, component: str, **seconds: float) -> None:
     """A start-up time measured by a fixture outside streams_app's plugin (Spark's)."""
     config.stash.setdefault(_STARTUP, {})[component] = seconds
@@ -81,8 +88,12 @@ def _why_partial(config: pytest.Config, outcomes: dict[str, int]) -> list[str]:
         why.append(f"-k {config.option.keyword!r}")
     if config.option.markexpr:
         why.append(f"-m {config.option.markexpr!r}")
-    if outcomes["deselected"]:
-        why.append(f"{outcomes['deselected']} deselected")
+    long_left_out = config.stash.get(_LONG_LEFT_OUT, 0)
+    if outcomes["deselected"] > long_left_out:
+        why.append(f"{outcomes['deselected'] - long_left_out} deselected")
+    long_choice = config.getoption("--long", "no")
+    if long_choice != "no":
+        why.append(f"--long={long_choice} (the long cases of make test-long)")
     backend = config.getoption("--streams-backend", None) or os.environ.get(
         "STREAMS_APP_TEST_BACKEND", "both"
     )
@@ -140,6 +151,7 @@ def write_summary(
         "partial": why,
         "exitstatus": int(exitstatus),
         "outcomes": outcomes,
+        "long_cases_left_out": config.stash.get(_LONG_LEFT_OUT, 0),
         "real_components": real,
         "startup_seconds": {**startup_timings(config), **config.stash.get(_STARTUP, {})},
     }
@@ -181,6 +193,8 @@ def render(summary: dict[str, Any]) -> str:
         f"({outcomes['failed'] + outcomes['error']}, {outcomes['skipped']}) |",
         "| of them using a real component (any; " + ", ".join(COMPONENTS) + ") | "
         f"{real['any']:,}; " + ", ".join(f"{real[c]:,}" for c in COMPONENTS) + " |",
+        "| Long cases left out (`make test-long` runs them) | "
+        f"{summary.get('long_cases_left_out', 0):,} |",
         f"| Wall time (pytest's; set-up before it excluded) | "
         f"{_duration(summary['wall_seconds'])} |",
     ]

@@ -83,7 +83,7 @@ def kafka_broker(request: pytest.FixtureRequest) -> Iterator[EmbeddedKafka | Ext
     try:
         yield kafka
     finally:
-        kafka.stop()
+        kafka.discard()  # the session's data: nothing to shut down cleanly for
 
 
 @pytest.fixture(scope="session")
@@ -93,7 +93,7 @@ def _kafka_cluster_session(request: pytest.FixtureRequest) -> Iterator[EmbeddedK
     try:
         yield kafka
     finally:
-        kafka.stop()
+        kafka.discard()
 
 
 @pytest.fixture(scope="session")
@@ -135,7 +135,7 @@ def secure_kafka(request: pytest.FixtureRequest) -> Iterator[SecureKafka]:
     try:
         yield kafka
     finally:
-        kafka.stop()
+        kafka.stop(grace=0.0)
 
 
 @pytest.fixture

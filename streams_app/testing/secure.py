@@ -61,8 +61,8 @@ class SecureKafka:
         )
         return self
 
-    def stop(self) -> None:
-        self.kafka.stop()
+    def stop(self, grace: float = 15.0) -> None:
+        self.kafka.stop(grace)
         if self._owns_root:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -97,7 +97,10 @@ async def test_nothing_is_visible_before_the_commit(topology_driver: DriverFacto
         assert_table(await driver.table("stock"), stock, table="stock")
 
 
-@pytest.mark.parametrize("store", ["memory://", "rocksdb://"])
+# On the real broker the store makes no difference to Kafka: rocksdb:// in make test.
+@pytest.mark.parametrize(
+    "store", [pytest.param("memory://", marks=pytest.mark.long_on("kafka")), "rocksdb://"]
+)
 async def test_a_crash_before_the_commit_loses_nothing_and_repeats_nothing(
     topology_driver: DriverFactory, store: str
 ) -> None:
@@ -117,8 +120,16 @@ async def test_a_crash_before_the_commit_loses_nothing_and_repeats_nothing(
         assert await driver.table("stock", source="store") == stock
 
 
+# Every point on the model; on the real broker, the first and the last point of the commit
+# in make test, the two between them in make test-long.
 @pytest.mark.parametrize(
-    "point", ["send", "send_batch", "send_offsets_to_transaction", "commit_transaction"]
+    "point",
+    [
+        "send",
+        pytest.param("send_batch", marks=pytest.mark.long_on("kafka")),
+        pytest.param("send_offsets_to_transaction", marks=pytest.mark.long_on("kafka")),
+        "commit_transaction",
+    ],
 )
 async def test_a_crash_inside_the_commit_is_all_or_nothing(
     topology_driver: DriverFactory, point: str

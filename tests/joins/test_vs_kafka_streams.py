@@ -187,6 +187,10 @@ async def run_kafka_streams(
     return outputs, partitions, dropped
 
 
+# make test-long: a fresh Kafka Streams run checked against the definitions. make test checks
+# the committed recording of one (test_recorded.py) without a broker; streams_app's own joins
+# are compared on the broker by test_streams_app_joins_equal_kafka_streams.
+@pytest.mark.long
 async def test_kafka_streams_joins_match_the_definitions(
     bootstrap_servers: str, unique: str, tmp_path: Path
 ) -> None:

@@ -1,12 +1,13 @@
 """The outbox relay as real processes under faults (issue 13, "Done when" 3 and 4).
 
 3. Concurrent writers (some holding their transactions open long after adding events, some
-   rolling back) write >= 20,000 events while the relay is SIGKILLed 3 times (from outside at
-   random moments, and by a crash point between its Kafka commit and its clean-up): Kafka holds
+   rolling back) write >= 20,000 events (5,000 in make test) while the relay is SIGKILLed 3
+   times (from outside at random moments, and by a crash point between its Kafka commit and its
+   clean-up): Kafka holds
    every committed event exactly once (read_committed), none of a rolled-back transaction, each
    key's events in commit order. The same workload with ``--guarantee at_least_once`` (the
    seed's send().get()-then-mark relay) and a SIGKILL between an acknowledgement and its mark
-   shows duplicates: the check can fail.
+   shows duplicates: the check can fail (make test-long).
 4. Two relays on one outbox: the second fences the first, which stops; no duplicates.
 """
 
@@ -134,8 +135,11 @@ async def _outbox_empty(dsn: str) -> bool:
     return await outbox_rows(dsn) == 0
 
 
+# make test: the same kills, crash point and writers over 5,000 events; make test-long: the
+# issue's 20,000.
+@pytest.mark.parametrize("events", [5_000, pytest.param(20_000, marks=pytest.mark.long)])
 async def test_relay_exactly_once_through_three_sigkills(
-    bootstrap_servers: str, postgres_dsn: str, unique: str, tmp_path: Path
+    bootstrap_servers: str, postgres_dsn: str, unique: str, tmp_path: Path, events: int
 ) -> None:
     seed = random.randrange(1_000_000)
     written, records = await run_relay_under_kills(
@@ -144,17 +148,19 @@ async def test_relay_exactly_once_through_three_sigkills(
         unique,
         tmp_path,
         guarantee="exactly_once",
-        events=20_000,
+        events=events,
         seed=seed,
     )
     report = check(records, written)
     print(f"seed {seed}: {report}, {written.long_transactions} long transactions")
-    assert len(written.committed) >= 20_000 and written.rolled_back
+    assert len(written.committed) >= events and written.rolled_back
     assert report.exactly_once(), f"seed {seed}: {report}"
     assert report.published == len(written.committed)
     assert report.id_inversions > 0, "the workload never made ids visible out of order"
 
 
+# make test-long: the seed's relay, shown wrong (the exactly-once check fails on it).
+@pytest.mark.long
 async def test_relay_at_least_once_shows_duplicates(
     bootstrap_servers: str, postgres_dsn: str, unique: str, tmp_path: Path
 ) -> None:

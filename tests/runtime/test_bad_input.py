@@ -179,8 +179,19 @@ def attempts_within(seconds: float) -> int:
     return 2 + doublings + math.ceil(seconds / RETRY_BACKOFF_MAX)
 
 
-@pytest.mark.parametrize("poison_partitions", [2, 20])
-@pytest.mark.parametrize("policy", ["dlq", "stop", "retry"])
+# Each policy once in make test, with 2 or 20 poison records; the other three combinations
+# in make test-long.
+@pytest.mark.parametrize(
+    ("policy", "poison_partitions"),
+    [
+        ("dlq", 20),
+        ("stop", 2),
+        ("retry", 20),
+        pytest.param("dlq", 2, marks=pytest.mark.long),
+        pytest.param("stop", 20, marks=pytest.mark.long),
+        pytest.param("retry", 2, marks=pytest.mark.long),
+    ],
+)
 async def test_bad_input_corpus(
     bootstrap_servers: str, unique: str, tmp_path: Path, policy: str, poison_partitions: int
 ) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from streams_app.broker import EmbeddedKafka, free_port
+from streams_app.broker import EmbeddedKafka
 from streams_app.kafka import logs as kafka_logs
 from streams_app.readback import read_topics
 from tests.runtime.helpers import running_worker, wait_until
@@ -31,15 +31,6 @@ def aiokafka_at_info() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
-
-
-@pytest.fixture
-def own_broker() -> Iterator[EmbeddedKafka]:
-    kafka = EmbeddedKafka(1, broker_port=free_port(), controller_port=free_port()).start()
-    try:
-        yield kafka
-    finally:
-        kafka.stop()
 
 
 async def test_outage_is_one_warning_and_one_line_when_back(

@@ -87,6 +87,9 @@ async def test_exactly_once_through_three_sigkills(
     )
 
 
+# make test-long: at-least-once through a crash on the real broker is in make test as
+# tests/harness/test_model_vs_broker.py::test_at_least_once_repeats_the_same_way_on_both.
+@pytest.mark.long
 @pytest.mark.slow
 async def test_at_least_once_loses_nothing_through_three_sigkills(
     bootstrap_servers: str, unique: str, tmp_path: Path

@@ -17,15 +17,13 @@ import asyncio
 import json
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
 from streams_app import App
-from streams_app.broker import EmbeddedKafka, free_port
+from streams_app.broker import EmbeddedKafka
 from streams_app.readback import read_topics, wait_committed
 from streams_app.runtime.guarantees import producer_config
 from streams_app.runtime.producer import StreamsProducer
@@ -37,15 +35,6 @@ from tests.runtime.helpers import produce_keyed, running_worker, wait_until
 #: How long the broker stays away (the issue's figure).
 OUTAGE_S = 120.0
 PARTITIONS = 4
-
-
-@pytest.fixture(scope="module")
-def own_broker() -> Iterator[EmbeddedKafka]:
-    kafka = EmbeddedKafka(1, broker_port=free_port(), controller_port=free_port()).start()
-    try:
-        yield kafka
-    finally:
-        kafka.stop()
 
 
 def summing_app(unique: str, bootstrap: str) -> App:

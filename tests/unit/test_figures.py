@@ -100,3 +100,53 @@ def test_only_the_block_between_the_markers_is_replaced(tmp_path: Path) -> None:
     assert text.endswith(figures.END + "\nafter\n") and "255" not in text
     figures.main([str(summary), "--write", str(readme)])
     assert readme.read_text() == text  # idempotent
+
+
+def test_the_long_cases_left_out_are_counted_not_hidden() -> None:
+    run = {**copy.deepcopy(RUN), "long_cases_left_out": 7}
+    run["outcomes"]["deselected"] = 7
+    assert figures.refusal(run) is None
+    assert "| Long cases left out (`make test-long` runs them) | 7 |" in figures.render(run)
+
+
+class _Marker:
+    def __init__(self, *args: str) -> None:
+        self.args = args
+
+
+class _CallSpec:
+    def __init__(self, backend: str) -> None:
+        self.params = {"streams_backend": backend}
+
+
+class _Case:
+    def __init__(self, name: str, long: bool, on: str | None = None, backend: str = "") -> None:
+        self.name, self.long, self.on = name, long, on
+        if backend:
+            self.callspec = _CallSpec(backend)
+
+    def get_closest_marker(self, name: str) -> _Marker | None:
+        if name == "long" and self.long:
+            return _Marker()
+        if name == "long_on" and self.on:
+            return _Marker(self.on)
+        return None
+
+
+def test_long_selects_the_long_cases_out_also_or_only() -> None:
+    from tests.conftest import split_long
+
+    cases = [
+        _Case("a", False),
+        _Case("b", True),
+        _Case("c", False),
+        _Case("d[memory]", False, on="kafka", backend="memory"),
+        _Case("d[kafka]", False, on="kafka", backend="kafka"),
+    ]
+    names = lambda got: [c.name for c in got]  # noqa: E731
+    kept, dropped = split_long(cases, "no")
+    assert (names(kept), names(dropped)) == (["a", "c", "d[memory]"], ["b", "d[kafka]"])
+    kept, dropped = split_long(cases, "only")
+    assert (names(kept), names(dropped)) == (["b", "d[kafka]"], ["a", "c", "d[memory]"])
+    kept, dropped = split_long(cases, "also")
+    assert names(kept) == [c.name for c in cases] and dropped == []

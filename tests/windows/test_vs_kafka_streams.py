@@ -94,15 +94,20 @@ async def produce(bootstrap: str, topic: str, records: list[Rec]) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
     await producer.start()
     try:
-        futures = [
-            await producer.send(
-                topic, key=r.key.encode(), value=b"x", partition=r.partition, timestamp_ms=r.ts
-            )
-            for r in records
-        ]
-        await asyncio.gather(*futures)
+        await produce_with(producer, topic, records)
     finally:
         await producer.stop()
+
+
+async def produce_with(producer: AIOKafkaProducer, topic: str, records: list[Rec]) -> None:
+    """``records`` written and acknowledged, by a producer the caller started."""
+    futures = [
+        await producer.send(
+            topic, key=r.key.encode(), value=b"x", partition=r.partition, timestamp_ms=r.ts
+        )
+        for r in records
+    ]
+    await asyncio.gather(*futures)
 
 
 def parse_ours(records: list) -> Finals:  # type: ignore[type-arg]
