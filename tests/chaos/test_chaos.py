@@ -155,6 +155,7 @@ async def test_streams_app_keeps_exactly_once_through_every_kind_of_network_faul
 @pytest.mark.cluster
 @pytest.mark.network
 @pytest.mark.slow
+@pytest.mark.long  # make test-long: make test keeps the networked run of the safe setting
 async def test_the_verifier_catches_what_partitions_do_to_an_unsafe_setting(
     networked_kafka_cluster: EmbeddedKafka, tmp_path: Path
 ) -> None:
