@@ -1,6 +1,5 @@
 import java.time.Duration;
 import java.util.Properties;
-import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.LongAdder;
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -9,10 +8,8 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
-import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
-import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.KStream;
@@ -35,16 +32,6 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * users' topic. The same child protocol on stdout ({@code FIRST}, {@code STATS}).
  */
 public final class JoinBench {
-    private static volatile boolean seen = false;
-
-    private static void first() {
-        if (!seen) {
-            seen = true;
-            System.out.printf("FIRST %.6f%n", System.currentTimeMillis() / 1000.0);
-            System.out.flush();
-        }
-    }
-
     public static void main(String[] args) throws InterruptedException {
         String bootstrap = args[0];
         String appId = args[1];
@@ -73,7 +60,7 @@ public final class JoinBench {
         StreamsBuilder builder = new StreamsBuilder();
         KStream<String, JsonNode> events = builder.stream(input, Consumed.with(Serdes.String(), json))
             .peek((key, value) -> {
-                first();
+                CountBench.first();
                 processed.increment();
             });
         ValueJoiner<JsonNode, JsonNode, String> joiner =
@@ -100,19 +87,6 @@ public final class JoinBench {
         }
         joined.to(output, Produced.with(Serdes.String(), Serdes.String()));
 
-        KafkaStreams streams = new KafkaStreams(builder.build(props), props);
-        CountDownLatch stopped = new CountDownLatch(1);
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            streams.close(Duration.ofSeconds(60));
-            System.out.printf("STATS {\"records_processed\": %d}%n", processed.sum());
-            System.out.flush();
-            stopped.countDown();
-        }));
-        streams.setUncaughtExceptionHandler(exc -> {
-            exc.printStackTrace();
-            return StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
-        });
-        streams.start();
-        stopped.await();
+        CountBench.runUntilStopped(builder.build(props), props, processed);
     }
 }
