@@ -9,6 +9,9 @@ began) is read ``read_committed`` and compared with the input:
 - **windowed** (the count in one-minute tumbling windows): the same, except that a key's count
   starts again at 1 when its next window opens; the per-window final counts must add up to the
   number of input records with that key;
+- **join** (the join rows, ``benchmarks/join_bench.py``): one output per input record, valued
+  ``"<seq>:<tier>"``: no input ``seq`` twice (a duplicate), each with its key's tier (the right
+  partner), and each key with as many outputs as the input has records for it (nothing lost);
 - **echo** (the bare aiokafka loop, which forwards records unchanged to the same partition): each
   output partition must hold exactly its input partition's records, in order.
 
@@ -171,9 +174,11 @@ async def check_output(
     """Check one run's output (see the module doc). ``complete=False`` (a run stopped at its
     time limit) checks the per-key sequences but not that every input was counted."""
     end = await end_offsets(bootstrap, topic)
-    checker: Counts | Echo
+    checker: Counts | Echo | Joined
     if kind in ("count", "windowed"):
         checker = Counts(windowed=kind == "windowed")
+    elif kind == "join":
+        checker = Joined()
     elif kind == "echo":
         checker = Echo()
     else:
@@ -258,6 +263,64 @@ class Counts:
                 problems.append(
                     f"{len(short)} keys with a final count other than their input count, e.g. "
                     f"{k!r}: {last.get(k, 0)} instead of {expected.key_counts[k]}"
+                )
+        return problems + self.examples if problems else []
+
+
+class Joined:
+    """The join rows' output (see the module doc): each input ``seq`` once, with its key's
+    tier, and every key's input records all joined."""
+
+    def __init__(self) -> None:
+        from benchmarks.join_bench import tier_of
+
+        self.tier_of = tier_of
+        self.seqs: set[int] = set()
+        self.per_key: Counter[bytes] = Counter()
+        self.duplicates = self.wrong = self.bad = 0
+        self.examples: list[str] = []
+
+    def visit(self, partition: int, records: list[Any]) -> None:
+        for r in records:
+            try:
+                seq_text, tier = r.value.decode().split(":")
+                seq, key = int(seq_text), r.key.decode()
+            except (AttributeError, TypeError, ValueError):
+                self.bad += 1
+                if len(self.examples) < MAX_EXAMPLES:
+                    self.examples.append(f"unreadable record at {partition}@{r.offset}")
+                continue
+            if seq in self.seqs:
+                self.duplicates += 1
+                if len(self.examples) < MAX_EXAMPLES:
+                    self.examples.append(f"seq {seq} again at {partition}@{r.offset}")
+            self.seqs.add(seq)
+            if tier != self.tier_of(key):
+                self.wrong += 1
+                if len(self.examples) < MAX_EXAMPLES:
+                    self.examples.append(f"key {key!r} joined with tier {tier!r}")
+            self.per_key[r.key] += 1
+
+    def problems(
+        self, expected: InputSummary, complete: bool, counts: Mapping[int, int]
+    ) -> list[str]:
+        problems = []
+        if self.duplicates:
+            problems.append(f"{self.duplicates} input records joined more than once")
+        if self.wrong:
+            problems.append(f"{self.wrong} records joined with another key's row")
+        if self.bad:
+            problems.append(f"{self.bad} unreadable records")
+        unknown = [k for k in self.per_key if k not in expected.key_counts]
+        if unknown:
+            problems.append(f"{len(unknown)} keys not in the input, e.g. {unknown[0]!r}")
+        if complete:
+            short = [k for k, n in expected.key_counts.items() if self.per_key.get(k, 0) < n]
+            if short:
+                k = short[0]
+                problems.append(
+                    f"{len(short)} keys with input records not joined, e.g. {k!r}: "
+                    f"{self.per_key.get(k, 0)} of {expected.key_counts[k]}"
                 )
         return problems + self.examples if problems else []
 

@@ -10,7 +10,10 @@ loop, the ceiling for any framework on aiokafka (``ceiling``); Kafka Streams (``
 ``kstreams-alos``: the Java app in ``benchmarks/kafka_streams/``); quixstreams (``quix-eos``,
 ``quix-alos``); on request faust-streaming's ``exactly_once`` (``faust``, first round only and
 at most ``--faust-timeout`` seconds) and the windowed count (``windowed``). Every system runs
-the same count and parses every input value (a JSON object of ``--value-bytes``) as JSON.
+the same count and parses every input value (a JSON object of ``--value-bytes``) as JSON;
+the join rows (``join-st``, ``join-ss`` and Kafka Streams' ``kstreams-join-st``,
+``kstreams-join-ss``: ``benchmarks/join_bench.py``) join the same input with one record per key
+instead, as a table and as a stream.
 
 Two machine modes (``--modes``), in every round:
 
@@ -74,6 +77,7 @@ from benchmarks import steady
 from benchmarks.check import InputSummary, check_output, end_offsets, summarise_input
 from benchmarks.child import CEILING_OUTPUT_TOPIC, INPUT_TOPIC, OUTPUT_TOPIC
 from benchmarks.faust_count import FAUST_OUTPUT_TOPIC
+from benchmarks.join_bench import USERS_TOPIC, tier_of
 from benchmarks.quix_count import QUIX_OUTPUT_TOPIC
 from benchmarks.steady import cpu_seconds
 from benchmarks.summary import summarise
@@ -81,6 +85,10 @@ from benchmarks.summary import summarise
 REPO = Path(__file__).resolve().parent.parent
 KSTREAMS_OUTPUT_TOPIC = "kstreams-count-output"
 WINDOWED_OUTPUT_TOPIC = "windowed-count-output"
+JOIN_ST_OUTPUT_TOPIC = "join-st-output"
+JOIN_SS_OUTPUT_TOPIC = "join-ss-output"
+KSTREAMS_JOIN_ST_OUTPUT_TOPIC = "kstreams-join-st-output"
+KSTREAMS_JOIN_SS_OUTPUT_TOPIC = "kstreams-join-ss-output"
 
 #: Kafka's own kafka-server-start.sh settings: G1, full tiered JIT (the embedded broker's default
 #: is C1-only and serial GC, for fast test starts).
@@ -113,6 +121,8 @@ class System:
     python: str = sys.executable
     #: streams_app only: the topology module the child runs (None: benchmarks.json_count).
     topology: str | None = None
+    #: Kafka Streams only: the join row JoinBench runs (None: the count, CountBench).
+    join: str | None = None
 
     @property
     def claims_exactly_once(self) -> bool:
@@ -141,8 +151,48 @@ SYSTEMS = {
             "windowed",
             topology="topologies.windowed_count",
         ),
+        # The join rows (issue 37, benchmarks/join_bench.py): the count's input joined with one
+        # row per key, as a table and as a stream, in streams_app and in Kafka Streams. Targets:
+        # >= 1.5 x Kafka Streams' same join; the stream-table join >= 0.7 x the plain count.
+        System(
+            "join-st",
+            "streams_app stream-table join",
+            "streams_app",
+            EOS,
+            JOIN_ST_OUTPUT_TOPIC,
+            "join",
+            topology="benchmarks.join_stream_table",
+        ),
+        System(
+            "join-ss",
+            "streams_app stream-stream join",
+            "streams_app",
+            EOS,
+            JOIN_SS_OUTPUT_TOPIC,
+            "join",
+            topology="benchmarks.join_stream_stream",
+        ),
+        System(
+            "kstreams-join-st",
+            "kafka_streams stream-table join",
+            "kafka_streams",
+            EOS,
+            KSTREAMS_JOIN_ST_OUTPUT_TOPIC,
+            "join",
+            join="stream-table",
+        ),
+        System(
+            "kstreams-join-ss",
+            "kafka_streams stream-stream join",
+            "kafka_streams",
+            EOS,
+            KSTREAMS_JOIN_SS_OUTPUT_TOPIC,
+            "join",
+            join="stream-stream",
+        ),
     )
 }
+JOIN_SYSTEMS = ("join-st", "join-ss", "kstreams-join-st", "kstreams-join-ss")
 #: faust (two orders of magnitude slower, and not exactly-once) and the windowed count run on
 #: request only (``--systems``).
 DEFAULT_SYSTEMS = (
@@ -153,6 +203,7 @@ DEFAULT_SYSTEMS = (
     "kstreams-alos",
     "quix-eos",
     "quix-alos",
+    *JOIN_SYSTEMS,
 )
 #: The peers' exactly-once rows that streams_app's EOS is compared with (ratios in the summary).
 PEER_EOS = ("kstreams-eos", "quix-eos", "faust")
@@ -209,6 +260,11 @@ async def create_topics(bootstrap: str, partitions: int) -> None:
             for name in (INPUT_TOPIC, *sorted({s.output_topic for s in SYSTEMS.values()}))
             if name not in existing
         ]
+        if USERS_TOPIC not in existing:
+            # The join rows' users: compacted, so a table built from it keeps it as its changelog.
+            wanted.append(
+                NewTopic(USERS_TOPIC, partitions, 1, topic_configs={"cleanup.policy": "compact"})
+            )
         if wanted:
             await admin.create_topics(wanted)
     finally:
@@ -262,6 +318,26 @@ async def preload(bootstrap: str, records: int, keys: int, value_bytes: int, see
             if batch.record_count():
                 batch.close()
                 futures.append(await producer.send_batch(batch, INPUT_TOPIC, partition=partition))
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def preload_users(bootstrap: str, keys: int) -> None:
+    """The join rows' users (benchmarks/join_bench.py): one JSON record per key of the input,
+    written before it (earlier timestamps), partitioned as the input (murmur2)."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20
+    )
+    await producer.start()
+    try:
+        futures = []
+        for k in range(keys):
+            key = f"key-{k:06d}"
+            value = json.dumps({"user": key, "tier": tier_of(key)}).encode()
+            futures.append(await producer.send(USERS_TOPIC, key=key.encode(), value=value))
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
@@ -384,6 +460,8 @@ def child_command(
             commit_interval_s=commit_interval,
             state_dir=state_dir,
             threads=parallelism,
+            join=system.join,
+            users_topic=USERS_TOPIC,
         )
     cmd = [
         system.python,
@@ -1002,6 +1080,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             }
         await create_topics(bootstrap, args.partitions)
         t0 = time.monotonic()
+        if any(s.output_kind == "join" for s in systems):
+            await preload_users(bootstrap, args.keys)
         await preload(bootstrap, args.records, args.keys, args.value_bytes, args.seed)
         expected = await summarise_input(bootstrap, INPUT_TOPIC)
         runs: list[dict[str, Any]] = []

@@ -25,11 +25,15 @@ RATIOS = (
     ("eos_over_faust", "eos", "faust"),
     ("kstreams_eos_over_kstreams_alos", "kstreams-eos", "kstreams-alos"),
     ("windowed_over_eos", "windowed", "eos"),
+    ("join_st_over_kstreams_join_st", "join-st", "kstreams-join-st"),
+    ("join_ss_over_kstreams_join_ss", "join-ss", "kstreams-join-ss"),
+    ("join_st_over_eos", "join-st", "eos"),
+    ("join_ss_over_eos", "join-ss", "eos"),
 )
 
-#: The issue's targets (issue 42), each read in one mode: (mode, figure, at least / at most,
-#: bound, what it says). ``figure`` names a ratio, or ``cpu:<system>``: the system's worker CPU
-#: µs per record at steady state.
+#: The issues' targets (issue 42; the join rows: issue 37), each read in one mode: (mode,
+#: figure, at least / at most, bound, what it says). ``figure`` names a ratio, or
+#: ``cpu:<system>``: the system's worker CPU µs per record at steady state.
 TARGETS = (
     (
         "per-core",
@@ -54,6 +58,27 @@ TARGETS = (
         "<=",
         12.0,
         "per core: streams_app EOS worker CPU per record (µs, broker excluded)",
+    ),
+    (
+        "per-core",
+        "join_st_over_kstreams_join_st",
+        ">=",
+        1.5,
+        "per core: streams_app stream-table join / Kafka Streams' (EOS)",
+    ),
+    (
+        "per-core",
+        "join_ss_over_kstreams_join_ss",
+        ">=",
+        1.5,
+        "per core: streams_app stream-stream join / Kafka Streams' (EOS)",
+    ),
+    (
+        "per-core",
+        "join_st_over_eos",
+        ">=",
+        0.7,
+        "per core: streams_app stream-table join / its plain count (EOS)",
     ),
 )
 

@@ -17,6 +17,7 @@ import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Materialized;
@@ -38,7 +39,7 @@ import org.apache.kafka.streams.state.KeyValueStore;
 public final class CountBench {
     private static volatile boolean seen = false;
 
-    private static void first() {
+    static void first() {
         if (!seen) {
             seen = true;
             System.out.printf("FIRST %.6f%n", System.currentTimeMillis() / 1000.0);
@@ -103,7 +104,16 @@ public final class CountBench {
             .mapValues(count -> Long.toString(count))
             .to(output, Produced.with(Serdes.String(), Serdes.String()));
 
-        KafkaStreams streams = new KafkaStreams(builder.build(), props);
+        runUntilStopped(builder.build(), props, processed);
+    }
+
+    /**
+     * Runs {@code topology} until SIGTERM, then prints {@code STATS} with the records the
+     * topology counted in {@code processed} (the child protocol; JoinBench runs the same way).
+     */
+    static void runUntilStopped(Topology topology, Properties props, LongAdder processed)
+            throws InterruptedException {
+        KafkaStreams streams = new KafkaStreams(topology, props);
         CountDownLatch stopped = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             streams.close(Duration.ofSeconds(60));

@@ -1,6 +1,8 @@
-"""The stream-stream joins of the differential test as a worker process (``-A
-tests.joins.ss_crash_app``): inner, left and outer joins of ``<inputs>left`` and
-``<inputs>right`` over an asymmetric window with grace (tests/joins/apps.py).
+"""The stream-stream and foreign-key joins of the differential test as one worker process
+(``-A tests.joins.ss_crash_app``): inner, left and outer joins of ``<inputs>left`` and
+``<inputs>right`` over an asymmetric window with grace, and the inner and left foreign-key
+joins of the tables built from the same two topics (tests/joins/apps.py). One process runs
+both, so that each SIGKILL of the crash test strikes both kinds of join.
 
 The app id and topic prefixes come from JOIN_TEST_* variables, so that each test has its own;
 the broker and timing settings from STREAMS_APP_* variables, as in production.
@@ -14,6 +16,8 @@ from tests.joins.apps import join_app
 from tests.joins.data import Params
 
 STREAM_STREAM = ("ss-inner", "ss-left", "ss-outer")
+FOREIGN_KEY = ("fk-inner", "fk-left")
+KINDS = STREAM_STREAM + FOREIGN_KEY
 
 app = join_app(
     os.environ.get("JOIN_TEST_APP", "ss-joins-dev"),
@@ -21,5 +25,5 @@ app = join_app(
     os.environ.get("JOIN_TEST_OUTPUTS", "out-dev-"),
     Params(),
     int(os.environ.get("JOIN_TEST_PARTITIONS", "2")),
-    STREAM_STREAM,
+    KINDS,
 )

@@ -1,15 +1,25 @@
-"""Stream-stream joins on the real broker, exactly once through three SIGKILLs.
+"""Stream-stream and foreign-key joins on the real broker, exactly once through three SIGKILLs.
 
 The differential test's input (out-of-order records, ties between the two topics, exact window
-edges, late records, null keys and values, keys on one side only; tests/joins/data.py) is
-written to both topics first; a worker with the inner, left and outer joins over the
-asymmetric window with grace (tests/joins/ss_crash_app.py) then works through it and is
-SIGKILLed three times while it holds a transaction with join results in it, restarting each
-time on the same state directory (its join buffers and unmatched records restored from their
-changelogs, its join stream time with them). Afterwards, read_committed, each join's output is
-exactly the independent oracle's (tests/joins/oracle.py): every pair once, a null exactly for
-each record that never matched and none for one that did, per output partition in the order
-the definitions give (compare.check, no difference allowed).
+edges, late records, null keys and values, keys on one side only, a foreign key that changes,
+is deleted or points nowhere; tests/joins/data.py) is written to both topics first; one worker
+with the inner, left and outer stream-stream joins over the asymmetric window with grace and
+the inner and left foreign-key joins of the tables built from the same topics
+(tests/joins/ss_crash_app.py) then works through it and is SIGKILLed three times while it holds
+a transaction with join results in it, restarting each time on the same state directory (its
+join buffers and unmatched records restored from their changelogs, its join stream time with
+them; the foreign-key joins' tables and subscription stores with theirs, their subscription and
+response topics read from the committed offsets). Afterwards, read_committed:
+
+- each stream-stream join's output is exactly the independent oracle's (tests/joins/oracle.py):
+  every pair once, a null exactly for each record that never matched and none for one that
+  did, per output partition in the order the definitions give (compare.check, no difference
+  allowed);
+- each foreign-key join's final state is the definition's (compare.check: only the final
+  state is determined, its intermediate results depend on how subscriptions and responses
+  interleave), and no result is stale: every row joins a left value with a value of the right
+  row *its own* reference names (a response to an older value of the left row, for another
+  foreign key, is dropped by its hash, even when the crash replays it).
 """
 
 from __future__ import annotations
@@ -23,10 +33,10 @@ import pytest
 from streams_app.readback import ReadRecord, group_lag, read_topics, wait_committed
 from streams_app.testing.workers import WorkerProcess
 from tests.joins.apps import join_app
-from tests.joins.compare import check
-from tests.joins.data import LEFT, RIGHT, Params, generate
+from tests.joins.compare import FOREIGN_KEY, check
+from tests.joins.data import LEFT, RIGHT, Dataset, Params, generate
 from tests.joins.models import Row, parse
-from tests.joins.ss_crash_app import STREAM_STREAM
+from tests.joins.ss_crash_app import KINDS
 from tests.joins.test_vs_kafka_streams import produce
 from tests.runtime.helpers import KafkaObserver, wait_until
 from tests.windows.test_vs_kafka_streams import create_topics
@@ -37,7 +47,7 @@ SEED = 41
 KILLS = 3
 
 #: The topology's codecs (str keys and values, as the app declares them).
-CODECS = join_app("codecs", "in-", "out-", Params(), 2, STREAM_STREAM).topics["in-left"]
+CODECS = join_app("codecs", "in-", "out-", Params(), 2, KINDS).topics["in-left"]
 
 
 def row(r: ReadRecord) -> Row:
@@ -47,12 +57,28 @@ def row(r: ReadRecord) -> Row:
     return parse(key, value, r.timestamp)
 
 
-async def test_stream_stream_joins_exactly_once_through_three_sigkills(
+def assert_no_stale_answer(kind: str, rows: list[Row], data: Dataset) -> None:
+    """Every foreign-key result joins a left value with a value of the right row that this
+    left value's own reference names (a left join: or with nothing); a tombstone has neither."""
+    values = {(r.topic, r.name): r for r in data.records if r.name is not None}
+    for out in rows:
+        if out.tombstone:
+            continue
+        left = values[(LEFT, out.left)]
+        assert out.key == left.key, (kind, out, left)
+        if out.right is None:
+            assert kind == "fk-left", (kind, out)
+            continue
+        right = values[(RIGHT, out.right)]
+        assert left.ref is not None and right.key == left.ref, (kind, "stale", out, left, right)
+
+
+async def test_stream_stream_and_foreign_key_joins_exactly_once_through_three_sigkills(
     bootstrap_servers: str, unique: str, tmp_path: Path
 ) -> None:
     data = generate(SEED, per_partition=500)
     app_id, inputs, outputs = f"ss-crash-{unique}", f"ssin-{unique}-", f"ssout-{unique}-"
-    out_topics = [outputs + kind for kind in STREAM_STREAM]
+    out_topics = [outputs + kind for kind in KINDS]
     in_topics = [inputs + LEFT, inputs + RIGHT]
     await create_topics(bootstrap_servers, in_topics, data.partitions)
     # Encoded as the app's topics declare.
@@ -97,10 +123,18 @@ async def test_stream_stream_joins_exactly_once_through_three_sigkills(
             worker.start()
         await asyncio.to_thread(worker.wait_assigned)
 
+        # The foreign-key joins' subscription and response topics too (the worker writes them
+        # as it goes): twice in a row, as a response can reach its topic after the
+        # subscription it answers was committed.
+        app = join_app(app_id, inputs, outputs, Params(), data.partitions, KINDS)
+        internal = [name for name, topic in app.topics.items() if topic.internal]
+        assert len(internal) == 4, internal
+
         async def done() -> bool:
-            return not await group_lag(bootstrap_servers, app_id, in_topics)
+            return not await group_lag(bootstrap_servers, app_id, in_topics + internal)
 
         await wait_until(done, timeout=180, interval=0.3)
+        await wait_until(done, timeout=60, interval=0.3)
         assert worker.terminate() == 0, worker.tail()
     finally:
         await observer.__aexit__()
@@ -118,12 +152,15 @@ async def test_stream_stream_joins_exactly_once_through_three_sigkills(
         "no kill landed inside a transaction"
     )
     lines = []
-    for kind in STREAM_STREAM:
+    for kind in KINDS:
         records = sorted(committed[outputs + kind], key=lambda r: (r.partition, r.offset))
         rows = [row(r) for r in records]
         outcome = check(
             kind, rows, data, reference=False, partitions=[r.partition for r in records]
         )
         assert outcome.rows > 0, kind
-        lines.append(outcome.line())
+        if kind in FOREIGN_KEY:
+            assert_no_stale_answer(kind, rows, data)
+        aborted = len(everything[outputs + kind]) - len(records)
+        lines.append(f"{outcome.line()}; {aborted} in aborted transactions")
     print("\n".join(lines), file=sys.stderr)
