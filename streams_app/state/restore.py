@@ -75,6 +75,9 @@ log = logging.getLogger(__name__)
 #: Longer than the default transaction.timeout.ms (10 s) with room to spare: a transaction a
 #: dead producer left open is aborted by the broker well within it.
 DEFAULT_STALL_TIMEOUT = 60.0
+#: A partition held this long (or half its stall timeout, if shorter) gets one warning that says
+#: why: the worker is not ready meanwhile, and the stall timeout (``restore_timeout``) is long.
+STALL_WARNING_S = 30.0
 #: Restore progress is checkpointed after this many records of a partition (Kafka Streams
 #: checkpoints a restoring store every 10,000 records too)...
 CHECKPOINT_RECORDS = 10_000
@@ -342,6 +345,7 @@ class _Run:
         self.counts = dict.fromkeys(plans, 0)
         self.positions = {tp: start for tp, (_, _, start, _) in plans.items()}
         self.progressed_at = dict.fromkeys(plans, now)
+        self.warned: set[TopicPartition] = set()
         self.keyless = 0
         #: Records applied since each partition's last checkpoint, and when that was.
         self.unchecked = dict.fromkeys(plans, 0)
@@ -412,6 +416,24 @@ class _Run:
             )
 
     def check_stalls(self, now: float, stall_timeout: float) -> None:
+        warn_after = min(STALL_WARNING_S, stall_timeout / 2)
+        for tp, (_, _, _, end) in self.pending.items():
+            waited = now - self.progressed_at[tp]
+            if waited > warn_after and tp not in self.warned:
+                self.warned.add(tp)
+                log.warning(
+                    "restoring %s: no progress for %.0f s at offset %d (end %d): a transaction "
+                    "left open on the changelog holds its last stable offset there. The restore "
+                    "goes on when it ends (the broker aborts it at its transaction timeout) and "
+                    "fails after %g s (restore_timeout); one that never ends is a hanging "
+                    "transaction: `streams-app txn hanging --topic %s` finds it, --abort ends it",
+                    _name(tp),
+                    waited,
+                    self.positions[tp],
+                    end,
+                    stall_timeout,
+                    tp[0],
+                )
         stalled = {
             _name(tp): (self.positions[tp], end)
             for tp, (_, _, _, end) in self.pending.items()

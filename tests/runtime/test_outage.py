@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
+from aiokafka import AIOKafkaProducer
 
 from streams_app import App
 from streams_app.broker import EmbeddedKafka
@@ -30,16 +33,18 @@ from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.reconnect import Reconnect
 from streams_app.transport.base import TopicSpec
 from tests.kafka.helpers import create_topics
-from tests.runtime.helpers import produce_keyed, running_worker, wait_until
+from tests.runtime.helpers import await_started, produce_keyed, running_worker, wait_until
 
 #: How long the broker stays away (the issue's figure).
 OUTAGE_S = 120.0
 PARTITIONS = 4
 
 
-def summing_app(unique: str, bootstrap: str) -> App:
+def summing_app(unique: str, bootstrap: str, **settings: Any) -> App:
     """Echo every record and its key's running sum, kept in a table."""
-    app = App(f"outage-{unique}", broker=bootstrap, topic_partitions=PARTITIONS, web_port=0)
+    app = App(
+        f"outage-{unique}", broker=bootstrap, topic_partitions=PARTITIONS, web_port=0, **settings
+    )
     source = app.topic(f"in-{unique}", key_type=str, value_type=int)
     echo = app.topic(f"echo-{unique}", key_type=str, value_type=int)
     sums = app.topic(f"sum-{unique}", key_type=str, value_type=int)
@@ -116,6 +121,54 @@ async def test_the_only_broker_away_for_two_minutes_under_load(
         expected_sums.append((key, running[key]))
     got_sums = Counter((r.key.decode(), json.loads(r.value)) for r in data[f"sum-{unique}"])
     assert got_sums == Counter(expected_sums)
+
+
+async def test_a_stop_ends_a_restore_held_back_by_an_open_transaction(
+    bootstrap_servers: str, unique: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where the worker hung after the two-minute outage: its last transaction stayed open on a
+    changelog partition (the last stable offset stuck at its first record), the migration that
+    follows an unknown commit outcome closed every task, and the new tasks' restore waited for
+    that transaction (up to restore_timeout, 300 s) with the processing lock held. The stop
+    waited for the restore, and the loop was cancelled after shutdown_timeout. Here a
+    transaction of a stranger (no id of this app: nothing fences it) holds the changelog open
+    while a worker on an empty state dir restores; the stop ends the restore instead."""
+    bootstrap = bootstrap_servers
+    app = summing_app(unique, bootstrap, shutdown_timeout=5.0)
+    source = f"in-{unique}"
+    await create_topics(bootstrap, TopicSpec(source, PARTITIONS, 1))
+    await produce_keyed(bootstrap, source, 200, seed=3, keys=20)
+    async with running_worker(app, tmp_path / "first"):  # creates and fills the changelog
+        await wait_committed(bootstrap, app.conf.id, [source], timeout=60)
+    stranger = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        transactional_id=f"stranger-{unique}",
+        transaction_timeout_ms=300_000,
+    )
+    await stranger.start()
+    try:
+        await stranger.begin_transaction()
+        for partition in range(PARTITIONS):
+            sent = await stranger.send(
+                f"{app.conf.id}-totals-changelog", key=b'"k"', value=b"1", partition=partition
+            )
+            await sent
+        worker = app.worker(state_dir=tmp_path / "second")  # empty: every partition restores
+        run = asyncio.create_task(worker.run())
+        await await_started(worker, run)
+        caplog.set_level(logging.INFO, logger="streams_app.state.restore")
+
+        def restoring() -> bool:  # the restore has begun, and waits for the transaction
+            return any(r.getMessage().startswith("restoring ") for r in caplog.records)
+
+        await wait_until(restoring, timeout=60)
+        worker.request_stop()
+        await asyncio.wait_for(run, 60)
+        assert not worker.safeguards.stopping.cancelled_loop
+        assert worker.error is None
+    finally:
+        await stranger.abort_transaction()
+        await stranger.stop()
 
 
 async def test_a_producer_recreated_during_an_outage_waits_for_the_cluster(

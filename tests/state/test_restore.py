@@ -261,6 +261,7 @@ async def test_an_open_transaction_stalls_restore_with_a_clear_error(
     clients: tuple[RestoreConsumer, Offsets],
     bootstrap_servers: str,
     unique: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     consumer, offsets = clients
     tp = TopicPartition(changelog.topic, 0)
@@ -275,6 +276,9 @@ async def test_an_open_transaction_stalls_restore_with_a_clear_error(
             await restore_partitions({tp: part}, consumer, offsets, stall_timeout=1.5)
         assert info.value.stalled == {f"{changelog.topic}[0]": (2, 3)}
         assert "transaction.timeout.ms" in str(info.value)
+        # Said once before the error, with the way out (the worker is not ready meanwhile).
+        [warning] = [r.getMessage() for r in caplog.records if "no progress" in r.getMessage()]
+        assert f"{changelog.topic}[0]: no progress" in warning and "txn hanging" in warning
         # What was committed before the open transaction is kept, with its offset.
         assert part.changelog_offset == 2
         assert dict(part.items()) == {b"a": b"1"}

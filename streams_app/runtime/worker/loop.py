@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from streams_app.aio import cancel_and_wait
 from streams_app.runtime.clock import Clock
 from streams_app.runtime.commit import MIGRATED, Meanwhile
 from streams_app.runtime.dead_letters import DeadLetters
@@ -109,7 +110,7 @@ class Loop:
             if flow.backing_off:
                 await self._resume_backed_off()
             if self.tasks.restoring():
-                await self.restore()
+                await self._restore_unless_stopped()
                 continue
             # Aimed at the commit deadline: a due commit is not held back by a long poll or a
             # big batch (runtime.pacing).
@@ -217,6 +218,29 @@ class Loop:
             batch.processed_during_commit += batch.records_processed - before
             if sum(map(len, fetched.values())) < MEANWHILE_SLICE:
                 return  # what was fetched is done
+
+    async def _restore_unless_stopped(self) -> None:
+        """Restore, but a stop request ends the restore (it resumes from its checkpoint at the
+        next start).
+
+        A restore cannot read past a transaction left open on a changelog partition, and waits
+        for it for up to ``restore_timeout`` (300 s), with the processing lock held. After an
+        outage that can be this worker's own last transaction: the migration that follows an
+        unknown commit outcome (``FailureHandler.on_migrated``) closes every task, and the new
+        tasks restore their changelog tails. The stop used to wait for all of it, and the
+        worker's loop was cancelled after ``shutdown_timeout`` ("the batch in progress did not
+        finish").
+        """
+        restoring = asyncio.ensure_future(self.restore())
+        stopping = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait({restoring, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not restoring.done():
+                await cancel_and_wait({"the restore": restoring})
+        if not restoring.cancelled():
+            restoring.result()
 
     async def _resume_backed_off(self) -> None:
         due = self.flow.due()
