@@ -94,23 +94,19 @@ from streams_app.transport.errors import (
     FatalProducerError,
     ProducerFencedError,
     SendFailedError,
-    TransactionTimedOutError,
 )
 
 log = logging.getLogger(__name__)
 
 #: Errors after which this worker must assume it no longer owns its tasks.
-#: A commit whose outcome is unknown counts too (EndTxn sent, then no definite answer), and so
-#: does a transaction the coordinator timed out (its EndTxn may have been accepted before the
-#: broker went away, and completed when it came back): whether it committed is known only to
-#: the broker. The worker re-reads its committed offsets and restores its changelog tails, as
-#: after a fencing; rewinding to the offsets it holds would process committed records again.
-MIGRATED = (
-    ProducerFencedError,
-    CommitFailedError,
-    TransactionTimedOutError,
-    CommitOutcomeUnknownError,
-)
+#: A commit whose outcome is unknown counts too: EndTxn sent, then no definite answer, or a
+#: fencing that may mean the coordinator completed an EndTxn it had accepted before the broker
+#: went away (``CommitTimedOutError``): whether it committed is known only to the broker. The
+#: worker re-reads its committed offsets and restores its changelog tails, as after a fencing;
+#: rewinding to the offsets it holds would process committed records again. A transaction the
+#: coordinator timed out *before* our EndTxn was sent (``TransactionTimedOutError`` alone) is a
+#: known abort: rewind and retry, the tasks kept.
+MIGRATED = (ProducerFencedError, CommitFailedError, CommitOutcomeUnknownError)
 #: Errors after which the producer must not be reused (sequence gaps, fatal state).
 PRODUCER_BROKEN = (ProducerFencedError, FatalProducerError, SendFailedError)
 
@@ -369,7 +365,7 @@ class Committer:
 
     async def task_migrated(self, cause: BaseException) -> None:
         """This worker lost (some of) its tasks: drop them all, rejoin with a fresh producer."""
-        if isinstance(cause, (TransactionTimedOutError, CommitOutcomeUnknownError)):
+        if isinstance(cause, CommitOutcomeUnknownError):
             log.warning(
                 "%s: whether it committed is known only to the broker; closing all tasks, "
                 "recreating the producer, rejoining (the committed offsets are read again)",

@@ -68,6 +68,7 @@ from streams_app.transport.base import (
 )
 from streams_app.transport.errors import (
     CommitOutcomeUnknownError,
+    CommitTimedOutError,
     ProducerFencedError,
     RecordRejectedError,
     SendFailedError,
@@ -595,12 +596,23 @@ class StreamsProducer:
                 if group is None:
                     raise TransportError("exactly-once commit without consumer group metadata")
                 await self.client.send_offsets_to_transaction(offsets, group, metadata)
-            await self._end_transaction()
         except ProducerFencedError as exc:
+            # EndTxn not sent yet: a fencing here is a known abort (a timeout) or a zombie.
             timed_out = self._timed_out(exc)
             if timed_out is None:
                 raise
             raise timed_out from exc
+        try:
+            await self._end_transaction()
+        except ProducerFencedError as exc:
+            # EndTxn sent: a timeout and a commit completed after an outage look the same.
+            timed_out = self._timed_out(exc)
+            if timed_out is None:
+                raise
+            raise CommitTimedOutError(
+                f"{timed_out}; the commit was already sent, so whether it committed is known "
+                "only to the broker"
+            ) from exc
         self._in_transaction = False
         self._began = None
         self.transactions_committed += 1

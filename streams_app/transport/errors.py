@@ -72,10 +72,17 @@ class FatalProducerError(TransportError):
 
 class TransactionTimedOutError(FatalProducerError):
     """The coordinator aborted our transaction because it outlived ``transaction_timeout``
-    (the broker answers as it does to a fenced producer, but no other producer took our id).
-    Not a zombie, but not a plain abort either: an EndTxn the coordinator accepted before an
-    outage is completed when it comes back, so the worker rejoins and reads its committed
-    offsets again (``runtime.commit.MIGRATED``)."""
+    (the broker answers as it does to a fenced producer, but no other producer took our id),
+    before our EndTxn was sent: nothing of it can have committed. Not a zombie: the worker
+    recreates its producer, rewinds to its committed offsets and retries, keeping its tasks."""
+
+
+class CommitTimedOutError(TransactionTimedOutError, CommitOutcomeUnknownError):
+    """Our EndTxn(commit) was answered as a fencing on a transaction older than
+    ``transaction_timeout``. Either the coordinator timed the transaction out (an abort) or it
+    completed an EndTxn it had accepted before an outage, whose answer we never saw (a
+    commit): the broker alone knows which, so the worker rejoins and reads its committed
+    offsets again (``runtime.commit.MIGRATED``), as for any unknown outcome."""
 
 
 class RecordRejectedError(SendFailedError, RecordError):

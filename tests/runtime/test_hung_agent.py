@@ -23,11 +23,12 @@ import pytest
 
 from streams_app import App, WorkerStopped
 from streams_app.readback import read_topics, wait_committed
+from streams_app.runtime.commit import MIGRATED
 from streams_app.runtime.errors_policy import H_ATTEMPTS, H_ERROR_TYPE
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.testing.workers import WorkerProcess
-from streams_app.transport.base import ProducerConfig, TopicSpec
-from streams_app.transport.errors import TransactionTimedOutError
+from streams_app.transport.base import GroupMetadata, ProducerConfig, TopicPartition, TopicSpec
+from streams_app.transport.errors import CommitOutcomeUnknownError, TransactionTimedOutError
 from streams_app.transport.kafka import KafkaTransport
 from tests.kafka.helpers import create_topics
 from tests.runtime.helpers import running_worker, wait_until
@@ -170,11 +171,16 @@ async def test_an_agent_slower_than_the_transaction_timeout_does_not_livelock(
     assert not [m for m in messages if "tasks migrated" in m], messages
 
 
+@pytest.mark.parametrize("fenced_on", ["offsets", "end_txn"])
 async def test_a_transaction_the_coordinator_timed_out_is_named_not_taken_for_a_zombie(
-    bootstrap_servers: str, unique: str
+    bootstrap_servers: str, unique: str, fenced_on: str
 ) -> None:
     """What an agent that blocks the event loop (which no timeout can interrupt) leads to: the
-    coordinator aborts the transaction at its timeout, and the commit says so."""
+    coordinator aborts the transaction at its timeout, and the commit says so. Fenced before
+    the EndTxn went out (on the offsets), it is a known abort (``TransactionTimedOutError``:
+    rewind and retry, the tasks kept); fenced on the EndTxn itself, the fencing cannot be told
+    from a commit the coordinator completed after an outage (``CommitTimedOutError``, an
+    unknown outcome: the worker reads its committed offsets again)."""
     topic = f"txn-timeout-{unique}"
     await create_topics(bootstrap_servers, TopicSpec(topic, 1, 1))
     transport = KafkaTransport(bootstrap_servers)
@@ -197,8 +203,15 @@ async def test_a_transaction_the_coordinator_timed_out_is_named_not_taken_for_a_
         # The embedded broker sweeps timed-out transactions every second: past 1 s + 1 s it
         # has aborted this one (its next epoch fences us).
         await asyncio.sleep(2.5 - (time.monotonic() - began))
-        with pytest.raises(TransactionTimedOutError, match="transaction timed out"):
-            await producer.commit({}, None)
+        with pytest.raises(TransactionTimedOutError, match="transaction timed out") as raised:
+            if fenced_on == "offsets":
+                group = GroupMetadata(f"g-{unique}", 1, f"m-{unique}")
+                await producer.commit({TopicPartition(topic, 0): 1}, group)
+            else:
+                await producer.commit({}, None)
+        unknown = isinstance(raised.value, CommitOutcomeUnknownError)
+        assert unknown == (fenced_on == "end_txn"), repr(raised.value)
+        assert isinstance(raised.value, MIGRATED) == unknown
     finally:
         await producer.stop()
 
