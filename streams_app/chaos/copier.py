@@ -188,17 +188,24 @@ class Copier:
             consumer = self.consumer
             if self.client == STREAMS_APP_CLIENT:
                 self.group = consumer.group_metadata()
-                found = await consumer.committed_offsets(assigned)
             else:
                 # Plain aiokafka sends the group id alone (TxnOffsetCommit v0): a marker only.
                 self.group = GroupMetadata(self.group_id, -1, "")
-                found = {tp: await consumer.committed(tp) for tp in assigned}
-            self.committed = {}
-            for tp in assigned:
-                offset = found.get(tp)
-                self.committed[tp] = 0 if offset is None else int(offset)
-                consumer.seek(tp, self.committed[tp])
+            await self._read_committed(assigned)
             log.info("%s: %d partitions", ASSIGNED, len(assigned))
+
+    async def _read_committed(self, partitions: list[TopicPartition]) -> None:
+        """Seek ``partitions`` to the group's committed offsets, as the broker has them."""
+        consumer = self.consumer
+        if self.client == STREAMS_APP_CLIENT:
+            found = await consumer.committed_offsets(partitions)
+        else:
+            found = {tp: await consumer.committed(tp) for tp in partitions}
+        self.committed = {}
+        for tp in partitions:
+            offset = found.get(tp)
+            self.committed[tp] = 0 if offset is None else int(offset)
+            consumer.seek(tp, self.committed[tp])
 
     async def _copy(self, batch: dict[TopicPartition, list[Any]]) -> None:
         async with self.lock:
@@ -209,6 +216,7 @@ class Copier:
             offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items()}
             abort = self.rng.random() < self.abort_ratio
             producer = self.producer
+            ending = False
             try:
                 await producer.begin_transaction()
                 for tp, records in batch.items():
@@ -229,11 +237,15 @@ class Copier:
                     self.stats.aborted += 1
                     self._rewind()
                     return
+                ending = True
                 await producer.commit_transaction()
             except Exception as exc:
                 self.stats.error(type(exc).__name__)
                 log.info("transaction failed: %r", exc)
-                await self._recover()
+                if ending:
+                    await self._recover_unknown_outcome()
+                else:
+                    await self._recover()
                 return
             self.stats.committed += 1
             self.committed.update(offsets)
@@ -242,6 +254,17 @@ class Copier:
         for tp, offset in self.committed.items():
             with contextlib.suppress(Exception):
                 self.consumer.seek(tp, offset)
+
+    async def _recover_unknown_outcome(self) -> None:
+        """The commit was sent and failed without a definite answer: the coordinator may have
+        committed it (a broker that went away mid-commit completes it when it comes back).
+        A new producer's InitProducerId settles whatever the coordinator holds; then the
+        offsets are read back from the broker, never rewound to the ones held here, which
+        would copy committed records a second time (as the worker does:
+        ``runtime.commit.MIGRATED``)."""
+        await self._restart_producer()
+        partitions = list(self.committed)
+        await _retry(lambda: self._read_committed(partitions), "reading the committed offsets")
 
     async def _recover(self) -> None:
         """Abort if the producer can, else replace it; either way rewind to committed."""

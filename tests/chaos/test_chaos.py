@@ -47,6 +47,7 @@ FAULTS = len(PROCESS_FAULTS)
 
 @pytest.mark.cluster
 @pytest.mark.slow
+@pytest.mark.long  # make test-long: make test keeps the networked run (the same verifier)
 async def test_streams_app_keeps_exactly_once_through_every_kind_of_fault(
     kafka_cluster: EmbeddedKafka, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ from streams_app.chaos.run import run_client_check
 
 
 @pytest.mark.cluster
+@pytest.mark.long  # make test-long; make test keeps tests/kafka's KIP-447 client cases
 async def test_transactional_copiers_lose_and_duplicate_nothing_under_broker_bounces(
     kafka_cluster: EmbeddedKafka, unique: str, tmp_path: Path
 ) -> None:

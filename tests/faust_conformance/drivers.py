@@ -421,7 +421,8 @@ EXAMPLES: list[Example] = [
     Example("hello_world", "hello_world.py", hello_world, topics=(("greetings", 8),), quick=True),
     Example("leader", "leader.py", leader, module_style=True),
     Example("bound_agent", "bound_agent.py", bound_agent),
-    Example("rpc", "advanced/rpc.py", rpc, topics=(("RPC__pow", 8), ("RPC__mul", 8)), quick=True),
+    # Agent RPC stays in make test through tests/faust_compat/test_rpc_and_leader_crash.py.
+    Example("rpc", "advanced/rpc.py", rpc, topics=(("RPC__pow", 8), ("RPC__mul", 8))),
     Example("service", "advanced/service.py", service),
     Example(
         "isolated_partitions_crashing",
