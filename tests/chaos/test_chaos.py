@@ -123,6 +123,9 @@ def network_config(seed: int, tmp_path: Path, **overrides: object) -> ChaosConfi
 @pytest.mark.cluster
 @pytest.mark.network
 @pytest.mark.slow
+# make test-long (2.5 min): make test keeps the probe of each network fault kind on the
+# networked cluster (tests/chaos/test_partitions.py), under its 20-minute limit.
+@pytest.mark.long
 async def test_streams_app_keeps_exactly_once_through_every_kind_of_network_fault(
     networked_kafka_cluster: EmbeddedKafka, tmp_path: Path
 ) -> None:
