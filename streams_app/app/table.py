@@ -69,6 +69,8 @@ _MISSING: Any = MISSING
 class Table(MutableMapping[Any, Any]):
     #: Every worker holds every partition (GlobalTable).
     is_global = False
+    #: Committed values go through the worker's read cache (state/cache.py).
+    read_cache = True
 
     def __init__(
         self,

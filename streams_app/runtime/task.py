@@ -215,7 +215,10 @@ class Task:
         if store is None:
             raise TopologyError(f"table {table.name!r} has no store on this worker")
         tx = PartitionTransaction(
-            store.partition(self.id.partition), table.key_codec, table.value_codec, self.cache
+            store.partition(self.id.partition),
+            table.key_codec,
+            table.value_codec,
+            self.cache if table.read_cache else None,
         )
         self.tables[table.name] = tx
         return tx

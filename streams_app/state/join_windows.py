@@ -126,7 +126,15 @@ class JoinWindowTransaction:
     an abort (``Task.rewind``).
     """
 
-    __slots__ = ("_expired_below", "_pending", "codec", "retention", "tx")
+    __slots__ = (
+        "_expired_below",
+        "_observed",
+        "_occupied",
+        "_pending",
+        "codec",
+        "retention",
+        "tx",
+    )
 
     def __init__(self, tx: PartitionTransaction, codec: JoinWindowKeyCodec, retention: int) -> None:
         if retention < 0:
@@ -137,11 +145,25 @@ class JoinWindowTransaction:
         self._pending = PendingKeys(tx)
         #: Segments below this one hold nothing (None: not looked yet).
         self._expired_below: int | None = None
+        #: The observed time as this view last read or wrote it: the store's entry changes
+        #: only through this view, and the buffers are not read-cached (the module doc).
+        self._observed: int | None = None
+        #: segment -> whether the store partition may hold entries in it (absent: not looked
+        #: yet). A fetch seeks only in segments that may: a window of an hour either side spans
+        #: three segments, and most of them are empty on one side or the other.
+        self._occupied: dict[int, bool] = {}
 
     @property
     def observed(self) -> int:
         """The largest timestamp put into this store (committed with its entries)."""
-        return read_stream_time(self.tx)
+        observed = self._observed
+        if observed is None:
+            observed = self._observed = read_stream_time(self.tx)
+        return observed
+
+    def _advance(self, timestamp: int) -> None:
+        write_stream_time(self.tx, timestamp)
+        self._observed = timestamp
 
     def retained_from(self) -> int:
         """The oldest timestamp still retained (``observed - retention + 1``)."""
@@ -152,20 +174,22 @@ class JoinWindowTransaction:
         """Buffer a record; False if it is older than retention (not stored)."""
         observed = self.observed
         if timestamp > observed:
-            write_stream_time(self.tx, timestamp)
+            self._advance(timestamp)
             observed = timestamp
         if timestamp <= observed - self.retention:
             return False
         entry = (key, timestamp, seq)
         self.tx.set(entry, value)
         self._pending.touch(key, entry)
+        # Committed with the transaction, it will be in the store: the segment may hold it.
+        self._occupied[timestamp // self.codec.segment_ms] = True
         return True
 
     def observe(self, timestamp: int) -> None:
         """A record of this side at ``timestamp`` that is not stored (a left/outer record
         whose result was final when it came): the observed time moves as a put would move it."""
         if timestamp > self.observed:
-            write_stream_time(self.tx, timestamp)
+            self._advance(timestamp)
 
     def delete(self, key: Any, timestamp: int, seq: int) -> None:
         entry = (key, timestamp, seq)
@@ -176,16 +200,25 @@ class JoinWindowTransaction:
     def fetch(self, key: Any, time_from: int, time_to: int) -> list[Buffered]:
         """The retained records of ``key`` with ``time_from <= timestamp <= time_to``, in
         (timestamp, seq) order."""
-        time_from = max(time_from, self.retained_from())
+        observed = self.observed
+        if observed == NO_TIME:
+            return []
+        # Nothing is stored past the observed time, nothing retained before retention: the
+        # range shrinks to what may hold entries, and so do the segments it seeks in.
+        time_from = max(time_from, observed - self.retention + 1)
+        time_to = min(time_to, observed)
         if time_to < time_from:
             return []
         codec = self.codec
         found: dict[tuple[int, int], Any] = {}
         loads = self.tx.value_codec.loads
         low_time, high_time = pack_time(time_from), pack_time(time_to + 1)
+        user_key = key_prefix(codec.key_codec, key)
+        at = 8 + len(user_key)
         for segment in range(codec.segment(time_from), codec.segment(time_to) + 1):
-            prefix = codec.segment_prefix(segment, key)
-            at = len(prefix)
+            if not self._may_hold(segment):
+                continue
+            prefix = pack_time(segment) + user_key
             for raw_key, raw_value in self.tx.partition.iter_range(
                 prefix + low_time, prefix + high_time
             ):
@@ -202,6 +235,21 @@ class JoinWindowTransaction:
             Buffered(t, s, v[0] if type(v) is tuple else loads(v))
             for (t, s), v in sorted(found.items())
         ]
+
+    def _may_hold(self, segment: int) -> bool:
+        """Whether the store partition may hold committed entries in ``segment``: looked up
+        once per segment (one seek), then kept up to date by :meth:`put` and :meth:`expire`."""
+        occupied = self._occupied.get(segment)
+        if occupied is None:
+            scan = self.tx.partition.iter_range(pack_time(segment), pack_time(segment + 1))
+            try:
+                occupied = next(scan, None) is not None
+            finally:
+                close = getattr(scan, "close", None)  # RocksDB's: let its iterator go now
+                if close is not None:
+                    close()
+            self._occupied[segment] = occupied
+        return occupied
 
     def expire(self) -> int:
         """Delete every segment wholly past retention; returns how many entries went."""
@@ -225,6 +273,8 @@ class JoinWindowTransaction:
                 self.tx.delete(entry)
                 removed += 1
         self._expired_below = live
+        for segment in [s for s in self._occupied if s < live]:
+            del self._occupied[segment]  # never fetched again: below retention
         return removed
 
     def entries(self) -> Iterator[tuple[Any, Buffered]]:

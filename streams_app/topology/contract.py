@@ -127,6 +127,12 @@ class TableLike(Protocol):
     @property
     def value_codec(self) -> Codec: ...
 
+    @property
+    def read_cache(self) -> bool:
+        """Whether its committed values go through the worker's read cache (False for stores
+        read only by range scans, where caching them would cost and never serve)."""
+        ...
+
     def open_windowed(self, tx: PartitionTransaction, observed: int) -> WindowedState: ...
 
     def partition_key_bytes(self, key: Any) -> bytes:

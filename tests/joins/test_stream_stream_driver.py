@@ -239,3 +239,24 @@ async def test_idle_close_releases_a_versioned_join_s_grace_buffer(
         assert [(r.key, tuple(r.value), r.timestamp) for r in await driver.read("priced")] == [
             ("apple", ("o1", 7), t)
         ]
+
+
+async def test_the_buffers_bypass_the_read_cache(topology_driver: DriverFactory) -> None:
+    """Each side's buffer is read by range scans only, which the read cache never serves:
+    its transactions do not fill the cache at commit (Kafka Streams does not cache these
+    stores either); the unmatched store, read by key, goes through the worker's cache."""
+    app = matching_app("ssd-uncached")
+    async with topology_driver(app) as driver:
+        await driver.pipe("orders", "o1", key="a", timestamp=1_000)
+        await driver.pipe("payments", "p1", key="a", timestamp=2_000)
+        await driver.run_until_idle()
+        assert await results(driver) == [("a", ("o1", "p1"), 2_000)]
+        tasks = driver.worker().tasks
+        opened = {name: tx for task in tasks.running() for name, tx in task.tables.items()}
+        buffers = [n for n in opened if n.endswith(("-left", "-right"))]
+        unmatched = [n for n in opened if n.endswith("-unmatched")]
+        assert len(buffers) == 2 and len(unmatched) == 1, sorted(opened)
+        for name in buffers:
+            assert opened[name]._cache is not tasks.cache, name
+            assert not opened[name]._cache.enabled, name
+        assert opened[unmatched[0]]._cache is tasks.cache

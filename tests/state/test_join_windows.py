@@ -125,3 +125,32 @@ def test_delete_removes_one_duplicate(store: Store) -> None:
     v.delete("k", 5, 99)  # absent: nothing written
     assert [b.value for b in v.fetch("k", 0, 10)] == ["b"]
     assert len(v.tx.prepare()) == 1
+
+
+def test_segments_seen_empty_are_skipped_until_a_put_fills_them(store: Store) -> None:
+    """A view seeks only in segments that may hold entries (one look per segment, then kept up
+    to date by its puts): a segment looked at while empty, then written and committed, is
+    found; a new view over the same store looks again."""
+    v = view(store, retention=10_000)
+    v.put("k", 50, 0, "seg0")
+    v.tx.commit(1)
+    assert [b.value for b in v.fetch("k", 0, 999)] == ["seg0"]  # segments 1-9 looked: empty
+    v.put("k", 250, 1, "seg2")  # segment 2, seen empty a moment ago
+    v.tx.commit(2)
+    assert [b.value for b in v.fetch("k", 0, 999)] == ["seg0", "seg2"]
+    v.put("other", 480, 2, "seg4")
+    v.tx.commit(3)
+    fresh = view(store, retention=10_000)
+    assert [b.value for b in fresh.fetch("k", 0, 999)] == ["seg0", "seg2"]
+    assert [b.value for b in fresh.fetch("other", 0, 999)] == ["seg4"]
+
+
+def test_fetch_never_reads_past_the_observed_time(store: Store) -> None:
+    """Nothing is stored after the observed time, so a fetch asking beyond it gets what it
+    would have got, pending entries included."""
+    v = view(store, retention=10_000)
+    v.put("k", 120, 0, "a")
+    v.tx.commit(1)
+    v.put("k", 130, 1, "b")  # pending: observed 130
+    assert [b.value for b in v.fetch("k", 100, 100_000)] == ["a", "b"]
+    assert v.fetch("k", 131, 100_000) == []
