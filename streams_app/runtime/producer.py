@@ -36,7 +36,8 @@ does not send them. ``release`` (after EndTxn) begins the next transaction and s
 ones; the open ones go on taking records. An abort drops them all. Only what cannot take the
 batch path (a large value, a topic whose metadata is unknown) is kept as a :class:`HeldSend`,
 and from the first of those on every held send is, so that ``release`` re-sends them after the
-held batches, in order. (Re-sending every held record at ``release`` took 7% of a saturated
+held batches, in order; it goes on holding until the last is re-sent, so that nothing sent
+meanwhile overtakes them. (Re-sending every held record at ``release`` took 7% of a saturated
 worker's CPU samples: BENCHMARKS.md, "The hot path".)
 """
 
@@ -126,6 +127,9 @@ class StreamsProducer:
         #: transaction), and those of them that filled up, sealed, in order, not shipped.
         self._held_batches: list[OpenBatch] = []
         self._held_full: list[OpenBatch] = []
+        #: release() is re-sending the held sends: still holding (what is sent meanwhile
+        #: queues behind them), but its own re-sends take the batch path as usual.
+        self._draining = False
         self.transactions_committed = 0
         self.transactions_aborted = 0
         self.recreated = 0
@@ -216,34 +220,46 @@ class StreamsProducer:
 
     async def release(self) -> None:
         """The commit ended: the held sends go into the next transaction, in order (the held
-        batches first: every :class:`HeldSend` came after them)."""
-        if self._held is None:
+        batches first: every :class:`HeldSend` came after them).
+
+        A held send that cannot take the batch path is re-sent with an ``await``; until the
+        last one is, the producer goes on holding, so that a record sent meanwhile (a timer,
+        an agent fed from outside processing) queues behind them instead of overtaking them
+        in their partition."""
+        held = self._held
+        if held is None:
             return
-        if self._held or self._held_batches:
+        if held or self._held_batches:
             await self.maybe_begin()  # sends meanwhile are still held: nothing ships before it
-        held, self._held = self._held, None
         full, self._held_full = self._held_full, []
         for batch in self._held_batches:
             batch.held = False
         self._held_batches = []
         for batch in full:
             self._ship_sealed(batch)
-        if self._open and self._linger_handle is None:
-            self._linger_handle = self._clock.call_later(self._linger_s, self._lingered)
-        for future, topic, key, value, partition, headers, timestamp_ms in held:
-            sent: SendFuture | None = self.send_nowait(
-                topic, key, value, partition, headers, timestamp_ms
-            )
-            if sent is None:
-                sent = await self.send(
-                    topic,
-                    key=key,
-                    value=value,
-                    partition=partition,
-                    headers=headers,
-                    timestamp_ms=timestamp_ms,
+        self._draining = True
+        try:
+            done = 0
+            while done < len(held):  # sends made meanwhile join the end of ``held``
+                future, topic, key, value, partition, headers, timestamp_ms = held[done]
+                sent: SendFuture | None = self._send_unheld_nowait(
+                    topic, key, value, partition, headers, timestamp_ms
                 )
-            future._release(sent)
+                if sent is None:
+                    sent = await self._send_unheld(
+                        topic, key, value, partition, headers, timestamp_ms
+                    )
+                future._release(sent)
+                done += 1
+        except BaseException:
+            for future, *_ in held[done:]:
+                future._drop()
+            raise
+        finally:
+            self._draining = False
+            self._held = None
+            if self._open and self._linger_handle is None:
+                self._linger_handle = self._clock.call_later(self._linger_s, self._lingered)
 
     def drop_held(self) -> None:
         """The records that made the held sends are undone: so are the sends."""
@@ -316,6 +332,17 @@ class StreamsProducer:
         """
         if self._held is not None:
             return self._send_held(topic, key, value, partition, headers, timestamp_ms)
+        return self._send_unheld_nowait(topic, key, value, partition, headers, timestamp_ms)
+
+    def _send_unheld_nowait(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        headers: Sequence[tuple[str, bytes]] | None,
+        timestamp_ms: int | None,
+    ) -> RecordFuture | None:
         batcher = self._batcher
         if (
             batcher is None
@@ -341,6 +368,17 @@ class StreamsProducer:
     ) -> SendFuture:
         if self._held is not None:
             return self._send_held(topic, key, value, partition, headers, timestamp_ms)
+        return await self._send_unheld(topic, key, value, partition, headers, timestamp_ms)
+
+    async def _send_unheld(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        headers: Sequence[tuple[str, bytes]] | None,
+        timestamp_ms: int | None,
+    ) -> SendFuture:
         if self._eos and not self._in_transaction:
             await self.maybe_begin()
         batcher = self._batcher
@@ -440,7 +478,8 @@ class StreamsProducer:
             loop,
             None if direct is None else direct.raw_append(builder),
         )
-        if self._held is not None:  # the next transaction's: not shipped before release()
+        if self._held is not None and not self._draining:
+            # The next transaction's: not shipped before release().
             batch.held = True
             self._held_batches.append(batch)
         if self._linger_handle is None:
@@ -463,7 +502,7 @@ class StreamsProducer:
         if self._linger_handle is not None:
             self._linger_handle.cancel()
             self._linger_handle = None
-        if self._held is not None:
+        if self._held is not None and not self._draining:
             return  # what is open is held: release() ships it (and re-arms the linger)
         if self._open:
             for batch in self._open.values():

@@ -163,3 +163,38 @@ async def test_the_linger_does_not_ship_held_batches() -> None:
     await producer.release()
     await producer.commit({}, GROUP)
     assert _values(kafka, read_committed=True) == [b"1"]
+
+
+async def test_a_send_made_while_release_re_sends_does_not_overtake_the_held_ones() -> None:
+    """release() re-sends a held send that cannot take the batch path with an ``await``; a
+    record sent meanwhile (a timer, an agent fed from outside processing) must queue behind
+    the held ones, not reach the partition before them."""
+    producer, kafka = await _batching_producer(max_batch_size=1024)
+    client = producer.client
+    real_send = client.send
+    sending_large = asyncio.Event()
+    go_on = asyncio.Event()
+
+    async def gated_send(topic: str, **kwargs: object) -> object:
+        if kwargs.get("value") == b"L1" * 2048:
+            sending_large.set()
+            await go_on.wait()
+        return await real_send(topic, **kwargs)
+
+    client.send = gated_send  # type: ignore[method-assign]
+    producer.hold()
+    committing = asyncio.ensure_future(producer.commit({}, GROUP))
+    first = await producer.send("out", key=b"k", value=b"L1" * 2048)
+    second = await producer.send("out", key=b"k", value=b"L2" * 2048)
+    assert isinstance(first, HeldSend) and isinstance(second, HeldSend)
+    await committing
+    releasing = asyncio.ensure_future(producer.release())
+    await sending_large.wait()  # release() is re-sending the first held send
+    late = producer.send_nowait("out", b"k", b"late", None, None, None)
+    assert isinstance(late, HeldSend)  # still holding: it queues behind the held ones
+    go_on.set()
+    await releasing
+    assert not producer.holding
+    await producer.commit({}, GROUP)
+    assert _values(kafka, read_committed=True) == [b"L1" * 2048, b"L2" * 2048, b"late"]
+    assert all(f.done() and not f.cancelled() for f in (first, second, late))
