@@ -7,11 +7,12 @@ import pytest
 
 import streams_app
 from streams_app.errors import TopologyError
-from streams_app.ops.app_report import lookup_json
+from streams_app.ops.app_report import lookup_json, versioned_contents_json
 from streams_app.ops.changelog import ChangelogRepairRefused, repair
 from streams_app.ops.table_lookup import from_answer, from_changelog
-from streams_app.readback import ReadRecord, key_read
+from streams_app.readback import ReadRecord, decode_changelog, key_read
 from streams_app.runtime.web.queries import query_table
+from streams_app.state.versioned import key_versions
 from streams_app.testing import DriverFactory
 from streams_app.topology.plan import plan_topology
 
@@ -153,16 +154,16 @@ async def test_a_versioned_tables_changelog_answers_as_its_owner(
         await driver.run_until_idle()
         raw = await driver.backend.read(table.changelog_topic_name, committed=True)
         assert any(r.value is None for r in raw), "no version expired: the test checks nothing"
+        changelog = [
+            ReadRecord(table.changelog_topic_name, r.partition, r.offset, 0, r.key, r.value, ())
+            for r in raw
+        ]
         answers = {}
         for key in ("apple", "pear", "fig", "kiwi"):
             web = query_table(driver.worker(0), "prices", key, forwarded=False)
             owner = from_answer(table, key, "http://w", web.status, web.body)
             assert owner is not None, web.body
-            records = [
-                ReadRecord(table.changelog_topic_name, r.partition, r.offset, 0, r.key, r.value, ())
-                for r in raw
-                if r.partition == owner.partition
-            ]
+            records = [r for r in changelog if r.partition == owner.partition]
             read = from_changelog(table, key, key_read(table, key, owner.partition, records))
             from_changelog_json = lookup_json(table, read)
             assert from_changelog_json == {
@@ -179,6 +180,12 @@ async def test_a_versioned_tables_changelog_answers_as_its_owner(
     ]
     assert (answers["pear"]["found"], answers["pear"]["value"]) == (False, None)
     assert (answers["kiwi"]["found"], answers["kiwi"]["versions"]) == (False, [])
+    # `tables prices` (read_table_versions: the whole changelog, each partition's stream time
+    # entry among it): the keys that have a value, each as its owner answers it.
+    listed = versioned_contents_json(key_versions(decode_changelog(table, changelog).items()))
+    assert [(row["key"], row["value"], row["versions"]) for row in listed] == [
+        (key, answers[key]["value"], answers[key]["versions"]) for key in ("apple", "fig")
+    ]
 
 
 async def test_agents_read_a_join_declared_at_module_level_or_inside_them(
