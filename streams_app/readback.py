@@ -4,7 +4,8 @@ app teams, scripts and tests (the CLI's ``status``, ``tables`` and ``--wait-comm
 - :func:`read_topics`: every record of some topics up to their end offsets, ``read_committed``
   by default, so exactly what committed transactions produced, in partition order;
 - :func:`read_table`: a table's committed contents, from its changelog (``read_committed``, the
-  latest value per key, tombstones delete);
+  latest value per key, tombstones delete); :func:`read_table_versions` a versioned table's
+  versions; :func:`read_table_key` one key's, from the one changelog partition holding it;
 - :func:`group_progress` and :func:`wait_committed`: per input partition, the group's committed
   offset against the end offset, and waiting until the group has committed everything written
   so far (what a test or a deployment script needs instead of polling raw offsets);
@@ -17,7 +18,7 @@ See docs/operations.md ("Read-back from Python").
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ from aiokafka.partitioner import murmur2
 
 from streams_app.aio import within
 from streams_app.kafka.ops_admin import OpsAdmin, OpsAdminError
+from streams_app.state.composite import STREAM_TIME
+from streams_app.state.versioned import VersionedRecord, key_versions, latest_value
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
@@ -223,29 +226,93 @@ async def read_table(
     Read from the table's changelog topic, ``read_committed``, up to the last stable offset at
     call time: what every worker restoring the table would see, and nothing an open transaction
     holds. The latest record per key wins and a tombstone (null value) deletes the key. Empty
-    when the changelog does not exist yet (no worker has run).
+    when the changelog does not exist yet (no worker has run). A windowed table: ``{WindowKey:
+    stored}``; a versioned table: each key's latest value, a key whose latest version is a
+    tombstone left out, as ``table[key]`` reads it (:func:`read_table_versions` has them all).
     """
+    found = _table_of(app, table)
+    contents = decode_changelog(found, await _read_changelog(app, found, timeout, bootstrap))
+    if found.versioned_ms is None:
+        return contents
+    return {
+        key: last.value
+        for key, versions in key_versions(contents.items()).items()
+        if (last := latest_value(versions)) is not None
+    }
+
+
+async def read_table_versions(
+    app: App,
+    table: str | Table,
+    *,
+    timeout: float = 60.0,
+    bootstrap: str | None = None,
+) -> dict[Any, list[VersionedRecord]]:
+    """A versioned table's committed versions, read as :func:`read_table` reads: ``{key:
+    [VersionedRecord(value, valid_from, valid_to)]}``, oldest first, a tombstone version's value
+    None (so a deleted key is there, its latest value None); every version the changelog still
+    holds, as the owner's ``/tables/NAME/KEY`` lists them."""
+    found = _table_of(app, table)
+    if found.versioned_ms is None:
+        raise ValueError(f"table {found.name!r} is not versioned: read_table() reads it")
+    records = await _read_changelog(app, found, timeout, bootstrap)
+    return key_versions(decode_changelog(found, records).items())
+
+
+def _table_of(app: App, table: str | Table) -> Table:
     name = table if isinstance(table, str) else table.name
     found = app.tables.get(name)
     if found is None:
         raise KeyError(f"app {app.id!r} has no table {name!r} (it has {sorted(app.tables)})")
-    changelog = found.changelog_topic_name
+    return found
+
+
+async def _read_changelog(
+    app: App, table: Table, timeout: float, bootstrap: str | None
+) -> list[ReadRecord]:
+    changelog = table.changelog_topic_name
     records = await read_topics(
         bootstrap or app.conf.bootstrap_servers,
         [changelog],
         timeout=timeout,
         security=app.conf.security(),
     )
-    contents: dict[Any, Any] = {}
-    for record in records[changelog]:
+    return records[changelog]
+
+
+_ANY_KEY: Any = object()
+
+
+def decode_changelog(
+    table: Table, records: Iterable[ReadRecord], key: Any = _ANY_KEY
+) -> dict[Any, Any]:
+    """The store entries a table's changelog records leave, decoded with the table's store
+    codecs: the latest record per store key wins, a tombstone (null value) deletes it. With
+    ``key``, only that user key's entries: a plain table's one, a windowed table's windows of
+    it, a versioned table's versions of it (a versioned table's stream time entry belongs to no
+    key: it is kept only without ``key``)."""
+    entries: dict[Any, Any] = {}
+    for record in records:
         if record.key is None:
             continue
-        key = found.key_codec.loads(record.key)
+        stored = table.key_codec.loads(record.key)
+        if key is not _ANY_KEY and _user_key(table, stored) != key:
+            continue
         if record.value is None:
-            contents.pop(key, None)
+            entries.pop(stored, None)
         else:
-            contents[key] = found.value_codec.loads(record.value)
-    return contents
+            entries[stored] = table.value_codec.loads(record.value)
+    return entries
+
+
+def _user_key(table: Table, stored: Any) -> Any:
+    """The user's key of a store key (windowed: ``WindowKey``; versioned: ``(key,
+    valid_from)``, or the stream time entry, which is nobody's)."""
+    if table.window is not None:
+        return stored.key
+    if table.versioned_ms is not None:
+        return _ANY_KEY if stored is STREAM_TIME else stored[0]
+    return stored
 
 
 async def partition_count(admin: OpsAdmin, topic: str) -> int:
@@ -270,9 +337,12 @@ class KeyRead:
     partition: int
     #: Changelog records read (that one partition's, up to its last stable offset).
     records: int
-    #: The key's committed value, or for a windowed table ``{WindowKey: value}`` of its windows.
+    #: The key's committed value, or for a windowed table ``{WindowKey: value}`` of its windows
+    #: (a versioned table: its latest value, None if that is a tombstone).
     value: Any
     found: bool
+    #: A versioned table: the key's versions, oldest first, tombstones included (value None).
+    versions: tuple[VersionedRecord, ...] = ()
 
 
 async def read_table_key(
@@ -284,14 +354,12 @@ async def read_table_key(
     bootstrap: str | None = None,
     admin: OpsAdmin | None = None,
 ) -> KeyRead:
-    """One key's committed value (a windowed table: its committed windows), read from the one
-    changelog partition that holds it, ``read_committed`` (as :func:`read_table`, which reads
-    them all). Not found when the changelog does not exist yet. ``admin``: one the caller
-    holds (else one is opened for the call)."""
-    name = table if isinstance(table, str) else table.name
-    found = app.tables.get(name)
-    if found is None:
-        raise KeyError(f"app {app.id!r} has no table {name!r} (it has {sorted(app.tables)})")
+    """One key's committed value (a windowed table: its committed windows; a versioned table:
+    its latest value and its versions), read from the one changelog partition that holds it,
+    ``read_committed`` (as :func:`read_table`, which reads them all). Not found when the
+    changelog does not exist yet, or when a versioned table's latest version of the key is a
+    tombstone. ``admin``: one the caller holds (else one is opened for the call)."""
+    found = _table_of(app, table)
     changelog = found.changelog_topic_name
     bootstrap = bootstrap or app.conf.bootstrap_servers
     if admin is None:
@@ -311,20 +379,24 @@ async def read_table_key(
             partitions={changelog: [partition]},
         )
     )[changelog]
-    windowed = found.window is not None
-    latest: dict[Any, Any] = {}
-    for record in records:
-        if record.key is None:
-            continue
-        stored = found.key_codec.loads(record.key)
-        if (stored.key if windowed else stored) != key:
-            continue
-        if record.value is None:
-            latest.pop(stored, None)
-        else:
-            latest[stored] = found.value_codec.loads(record.value)
-    if windowed:
+    return key_read(found, key, partition, records)
+
+
+def key_read(table: Table, key: Any, partition: int, records: list[ReadRecord]) -> KeyRead:
+    """:func:`read_table_key`'s answer from the records of ``key``'s changelog partition."""
+    latest = decode_changelog(table, records, key)
+    if table.window is not None:
         return KeyRead(partition, len(records), dict(sorted(latest.items())), bool(latest))
+    if table.versioned_ms is not None:
+        versions = key_versions(latest.items()).get(key, [])
+        last = latest_value(versions)
+        return KeyRead(
+            partition,
+            len(records),
+            None if last is None else last.value,
+            last is not None,
+            tuple(versions),
+        )
     return KeyRead(partition, len(records), latest.get(key), key in latest)
 
 

@@ -2,8 +2,9 @@
 agents`` (Faust's commands): the app's tables, a table's committed contents (read from its
 changelog, read_committed), one key's committed value (from the worker that owns it when the
 app runs, else from the changelog partition holding it; a windowed table: the key's windows, or
-the one starting at ``START``), and the app's agents with their topics. ``--json`` prints what
-docs/operations.md describes, for scripts."""
+the one starting at ``START``; a versioned table: its latest value, and with ``--json`` its
+versions as the owner's ``/tables`` lists them), and the app's agents with their topics.
+``--json`` prints what docs/operations.md describes, for scripts."""
 
 from __future__ import annotations
 
@@ -25,12 +26,14 @@ from streams_app.ops.app_report import (
     format_agents,
     format_contents,
     format_tables,
+    format_versioned_contents,
     lookup_json,
     tables_json,
     to_json,
+    versioned_contents_json,
 )
 from streams_app.ops.table_lookup import Lookup, lookup_key
-from streams_app.readback import read_table
+from streams_app.readback import read_table, read_table_versions
 
 
 def add_parser(
@@ -100,6 +103,15 @@ async def _tables(app: App, args: argparse.Namespace) -> int:
             f"app {app.id!r} has no table {args.name!r}; its tables: "
             f"{', '.join(sorted(app.tables)) or 'none'}"
         )
+    if args.key is None and found.versioned_ms is not None:
+        versions = await read_table_versions(
+            app, found, timeout=args.timeout, bootstrap=conf.bootstrap_servers
+        )
+        if args.json:
+            _print_json({"table": found.name, "entries": versioned_contents_json(versions)})
+        else:
+            print(format_versioned_contents(versions))
+        return 0
     if args.key is None:
         contents = await read_table(
             app, found, timeout=args.timeout, bootstrap=conf.bootstrap_servers
@@ -111,6 +123,12 @@ async def _tables(app: App, args: argparse.Namespace) -> int:
         return 0
     key, start, end = _parse_key(found, args.key)
     if args.start is not None:
+        if found.versioned_ms is not None:
+            raise StreamsAppError(
+                f"table {found.name!r} is versioned, not windowed: START picks a window. "
+                f"`tables {found.name} KEY --json` lists the key's versions (valid_from, value, "
+                "oldest first); its value as of a time is the last one valid from then or before"
+            )
         if found.window is None:
             raise StreamsAppError(f"table {found.name!r} is not windowed: START has no meaning")
         start = args.start

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from streams_app.app.app import App
@@ -14,6 +14,7 @@ from streams_app.ops.render import duration, partitions, table
 from streams_app.ops.reset import ResetPlan
 from streams_app.ops.status import AppStatus
 from streams_app.ops.table_lookup import Lookup
+from streams_app.state.versioned import VersionedRecord, latest_value
 
 
 def format_status(status: AppStatus) -> str:
@@ -140,6 +141,7 @@ def tables_json(app: App, partition_counts: Mapping[str, int]) -> list[dict[str,
             "keys": _codec_name(t.user_key_codec),
             "values": _codec_name(t.user_value_codec),
             "window": window_json(t),
+            "versioned": None if t.versioned_ms is None else {"history_ms": t.versioned_ms},
         }
         for t in app.tables.values()
     ]
@@ -148,8 +150,10 @@ def tables_json(app: App, partition_counts: Mapping[str, int]) -> list[dict[str,
 def format_tables(app: App, partition_counts: Mapping[str, int]) -> str:
     if not app.tables:
         return f"app {app.id} defines no tables"
-    rows = [
-        (
+    versioned = any(t.versioned_ms is not None for t in app.tables.values())
+    rows: list[tuple[object, ...]] = []
+    for row, t in zip(tables_json(app, partition_counts), app.tables.values(), strict=True):
+        cells: tuple[object, ...] = (
             row["table"],
             row["changelog"],
             "-" if row["partitions"] is None else row["partitions"],
@@ -157,9 +161,11 @@ def format_tables(app: App, partition_counts: Mapping[str, int]) -> str:
             row["values"],
             _window_text(t),
         )
-        for row, t in zip(tables_json(app, partition_counts), app.tables.values(), strict=True)
-    ]
-    return table(("TABLE", "CHANGELOG", "PARTITIONS", "KEYS", "VALUES", "WINDOW"), rows)
+        # A HISTORY column only beside a versioned table (not a column of dashes).
+        rows.append((*cells, duration(t.versioned_ms)) if versioned else cells)
+    header: tuple[str, ...] = ("TABLE", "CHANGELOG", "PARTITIONS", "KEYS", "VALUES", "WINDOW")
+    header += ("HISTORY",) if versioned else ()
+    return table(header, rows)
 
 
 def to_json(value: Any) -> str:
@@ -205,6 +211,48 @@ def contents_json(t: Table, contents: Mapping[Any, Any]) -> list[dict[str, Any]]
     return sorted(rows, key=lambda row: json.dumps(row, sort_keys=True))
 
 
+def versions_json(versions: Iterable[tuple[int, Any]]) -> list[dict[str, Any]]:
+    """A versioned table's versions of a key as the owner's ``/tables/NAME/KEY`` lists them:
+    ``[{"valid_from", "value"}]``, oldest first, a tombstone's value null."""
+    return [{"valid_from": t, "value": jsonable(value)} for t, value in versions]
+
+
+def versioned_contents_json(
+    versions: Mapping[Any, Sequence[VersionedRecord]],
+) -> list[dict[str, Any]]:
+    """``tables NAME --json`` of a versioned table: ``[{"key", "value", "valid_from",
+    "versions"}]``, the latest value and when it became valid, sorted by key; a key whose
+    latest version is a tombstone is not there (it has no value, as a plain table's deleted
+    key)."""
+    rows = []
+    for key, kept in versions.items():
+        last = latest_value(kept)
+        if last is not None:
+            rows.append(
+                {
+                    "key": jsonable(key),
+                    "value": jsonable(last.value),
+                    "valid_from": last.timestamp,
+                    "versions": versions_json((v.timestamp, v.value) for v in kept),
+                }
+            )
+    return sorted(rows, key=lambda row: json.dumps(row["key"], sort_keys=True))
+
+
+def format_versioned_contents(versions: Mapping[Any, Sequence[VersionedRecord]]) -> str:
+    rows = versioned_contents_json(versions)
+    lines = []
+    if rows:
+        header = ("KEY", "VALUE", "VALID_FROM", "VERSIONS")
+        cells = [
+            (to_json(r["key"]), to_json(r["value"]), r["valid_from"], len(r["versions"]))
+            for r in rows
+        ]
+        lines.append(table(header, cells))
+    lines.append(f"{len(rows)} key(s)")
+    return "\n".join(lines)
+
+
 def format_contents(t: Table, contents: Mapping[Any, Any]) -> str:
     rows = contents_json(t, contents)
     if t.window is None:
@@ -238,6 +286,8 @@ def lookup_json(t: Table, found: Lookup) -> dict[str, Any]:
     }
     if t.window is None:
         out["value"] = jsonable(found.value)
+        if found.versions is not None:
+            out["versions"] = versions_json(found.versions)
     else:
         out["windows"] = [
             {"start": start, "end": end, "value": jsonable(value)}

@@ -9,6 +9,10 @@ others (a worker that does not own the key redirects to the one that does). A wo
 cannot answer for sure (a task restoring, a rebalance: 503) or cannot be reached leaves it to
 the changelog: only the key's partition is read (``readback.read_table_key``), ``read_committed``
 up to its last stable offset, instead of the whole changelog.
+
+Both answer alike for every kind of table: a windowed table's windows of the key, a versioned
+table's latest value and every version its store (and so its changelog) still holds, a
+tombstone as the latest version meaning "not found" (as the owner's 404 says).
 """
 
 from __future__ import annotations
@@ -24,7 +28,13 @@ import aiohttp
 from streams_app.app.app import App
 from streams_app.app.table import Table
 from streams_app.kafka.ops_admin import GroupMember, OpsAdmin
-from streams_app.readback import app_input_topics, key_partition, partition_count, read_table_key
+from streams_app.readback import (
+    KeyRead,
+    app_input_topics,
+    key_partition,
+    partition_count,
+    read_table_key,
+)
 from streams_app.state.windowed import WindowKey
 
 log = logging.getLogger(__name__)
@@ -46,6 +56,9 @@ class Lookup:
     worker: str | None = None
     #: Changelog records read (0 when a worker answered).
     records_read: int = 0
+    #: A versioned table: the key's versions ``[(valid_from, value)]``, oldest first, a
+    #: tombstone's value None (``value`` is the latest, None and not found if a tombstone).
+    versions: list[tuple[int, Any]] | None = None
 
 
 def _key_text(table: Table, key: Any) -> str | None:
@@ -94,19 +107,40 @@ async def from_workers(admin: OpsAdmin, app: App, table: Table, key: Any) -> Loo
         answer = await _ask(web.rstrip("/") + path)
         if answer is None:
             continue
-        status, body = answer
-        owner = str(body.get("owner") or web)
-        partition = int(body.get("partition", -1))
-        if status == 200 and "windows" in body:
-            windows = [(w["start"], w["end"], w["value"]) for w in body["windows"]]
-            return Lookup(table.name, key, partition, windows, True, owner)
-        if status == 200:
-            return Lookup(table.name, key, partition, body.get("value"), True, owner)
-        if status == 404 and "partition" in body:  # the owner, running: nothing committed
-            empty: Any = [] if table.window is not None else None
-            return Lookup(table.name, key, partition, empty, False, owner)
-        log.info("%s answered %d (%s)", web, status, body.get("error"))
+        found = from_answer(table, key, web, *answer)
+        if found is not None:
+            return found
     return None
+
+
+def from_answer(
+    table: Table, key: Any, web: str, status: int, body: dict[str, Any]
+) -> Lookup | None:
+    """What a worker's ``/tables/NAME/KEY`` answer (``runtime.web.queries``) says of ``key``;
+    None if it cannot say for sure (a restoring task, a rebalance: ask another, or read the
+    changelog)."""
+    owner = str(body.get("owner") or web)
+    partition = int(body.get("partition", -1))
+    versions = _versions(table, body)
+    if status == 200 and "windows" in body:
+        windows = [(w["start"], w["end"], w["value"]) for w in body["windows"]]
+        return Lookup(table.name, key, partition, windows, True, owner)
+    if status == 200:
+        return Lookup(table.name, key, partition, body.get("value"), True, owner, versions=versions)
+    if status == 404 and "partition" in body:  # the owner, running: nothing committed
+        # (a versioned table: no version, or the latest is a tombstone, listed with them)
+        empty: Any = [] if table.window is not None else None
+        return Lookup(table.name, key, partition, empty, False, owner, versions=versions)
+    log.info("%s answered %d (%s)", web, status, body.get("error"))
+    return None
+
+
+def _versions(table: Table, body: dict[str, Any]) -> list[tuple[int, Any]] | None:
+    """A versioned table's versions as the owner's ``/tables`` lists them (``runtime.web.
+    queries``: ``[{"valid_from", "value"}]``, oldest first)."""
+    if table.versioned_ms is None:
+        return None
+    return [(int(v["valid_from"]), v["value"]) for v in body.get("versions") or ()]
 
 
 async def lookup_key(
@@ -118,6 +152,11 @@ async def lookup_key(
     if found is not None:
         return found
     read = await read_table_key(app, table, key, timeout=timeout, bootstrap=bootstrap, admin=admin)
+    return from_changelog(table, key, read)
+
+
+def from_changelog(table: Table, key: Any, read: KeyRead) -> Lookup:
+    """The answer of the key's changelog partition, in the shape a worker's has."""
     value = read.value
     if table.window is not None:
         value = [
@@ -125,4 +164,7 @@ async def lookup_key(
             for window, stored in read.value.items()
             if isinstance(window, WindowKey)
         ]
-    return Lookup(table.name, key, read.partition, value, read.found, None, read.records)
+    versions = None
+    if table.versioned_ms is not None:
+        versions = [(v.timestamp, v.value) for v in read.versions]
+    return Lookup(table.name, key, read.partition, value, read.found, None, read.records, versions)

@@ -40,7 +40,7 @@ latest-value store; the answers are the same.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from streams_app.codecs import Codec, DecodeError
@@ -101,6 +101,35 @@ def versioned_codecs(key_codec: Codec, value_codec: Codec) -> tuple[VersionKeyCo
     """The store and changelog codecs of a versioned table whose users' keys and values use
     ``key_codec`` and ``value_codec``."""
     return VersionKeyCodec(key_codec), TaggedValueCodec(value_codec)
+
+
+def key_versions(entries: Iterable[tuple[Any, Any]]) -> dict[Any, list[VersionedRecord]]:
+    """Decoded store (or changelog) entries ``(key, valid_from) -> value`` grouped by key: each
+    key's versions oldest first, ``valid_to`` filled in, a tombstone version's value None; the
+    stream time entry is not a version and is left out. What the store holds, horizon or not
+    (an inspection aid, as :meth:`VersionedTransaction.versions`): ``tables NAME KEY`` reads a
+    changelog partition through this, and answers as the owner's ``/tables`` does."""
+    timelines: dict[Any, dict[int, Any]] = {}
+    for entry, value in entries:
+        if entry is STREAM_TIME:
+            continue
+        key, valid_from = entry
+        timelines.setdefault(key, {})[valid_from] = value
+    out: dict[Any, list[VersionedRecord]] = {}
+    for key, timeline in timelines.items():
+        times = sorted(timeline)
+        out[key] = [
+            VersionedRecord(timeline[t], t, times[i + 1] if i + 1 < len(times) else None)
+            for i, t in enumerate(times)
+        ]
+    return out
+
+
+def latest_value(versions: Iterable[VersionedRecord]) -> VersionedRecord | None:
+    """The latest of a key's versions, None if it has none or the latest is a tombstone (what
+    :meth:`VersionedTransaction.get` answers)."""
+    last = max(versions, key=lambda v: v.timestamp, default=None)
+    return None if last is None or last.value is None else last
 
 
 class VersionedTransaction:

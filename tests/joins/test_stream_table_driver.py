@@ -7,8 +7,12 @@ import pytest
 
 import streams_app
 from streams_app.errors import TopologyError
+from streams_app.ops.app_report import lookup_json, versioned_contents_json
 from streams_app.ops.changelog import ChangelogRepairRefused, repair
+from streams_app.ops.table_lookup import from_answer, from_changelog
+from streams_app.readback import ReadRecord, decode_changelog, key_read
 from streams_app.runtime.web.queries import query_table
+from streams_app.state.versioned import key_versions
 from streams_app.testing import DriverFactory
 from streams_app.topology.plan import plan_topology
 
@@ -120,6 +124,68 @@ async def test_a_versioned_table_answers_with_its_versions(topology_driver: Driv
         # it). The one at 500 ms met none: an inner join drops it.
         priced = sorted((r.timestamp, tuple(r.value)) for r in await driver.read("priced"))
         assert priced == [(1_500, (1_500, 10)), (3_500, (3_500, 10)), (6_000, (6_000, 12))]
+
+
+async def test_a_versioned_tables_changelog_answers_as_its_owner(
+    topology_driver: DriverFactory,
+) -> None:
+    """``streams-app tables NAME KEY`` with no worker reads the key's changelog partition: its
+    answer (latest value, versions, a deleted key not found) is the owner's ``/tables`` answer,
+    expired versions (changelog tombstones) and the stream time entry included."""
+    app = streams_app.App("versioned-changelog", broker="kafka://127.0.0.1:1")
+    prices = app.topic("prices", key_type=str, value_type=int)
+    table = app.Table("prices", source=prices, versioned=60)
+    app.topic("orders", key_type=str, value_type=int).join(table).to(
+        app.topic("priced", key_type=str, value_type=list)
+    )
+    writes = [
+        ("apple", 10, 1_000),
+        ("apple", 12, 5_000),
+        ("apple", 11, 3_000),
+        ("pear", 5, 1_000),
+        ("pear", None, 2_000),
+        ("fig", 1, 0),
+        ("fig", 2, 1_000),
+        ("fig", 3, 100_000),  # 60 s of history: fig's version of 0 ms expires
+    ]
+    async with topology_driver(app) as driver:
+        for key, value, ts in writes:
+            await driver.pipe("prices", value, key=key, timestamp=ts)
+        await driver.run_until_idle()
+        raw = await driver.backend.read(table.changelog_topic_name, committed=True)
+        assert any(r.value is None for r in raw), "no version expired: the test checks nothing"
+        changelog = [
+            ReadRecord(table.changelog_topic_name, r.partition, r.offset, 0, r.key, r.value, ())
+            for r in raw
+        ]
+        answers = {}
+        for key in ("apple", "pear", "fig", "kiwi"):
+            web = query_table(driver.worker(0), "prices", key, forwarded=False)
+            owner = from_answer(table, key, "http://w", web.status, web.body)
+            assert owner is not None, web.body
+            records = [r for r in changelog if r.partition == owner.partition]
+            read = from_changelog(table, key, key_read(table, key, owner.partition, records))
+            from_changelog_json = lookup_json(table, read)
+            assert from_changelog_json == {
+                **lookup_json(table, owner),
+                "source": from_changelog_json["source"],
+            }, key
+            answers[key] = from_changelog_json
+    assert (answers["apple"]["found"], answers["apple"]["value"]) == (True, 12)
+    assert answers["apple"]["versions"][-1] == {"valid_from": 5_000, "value": 12}
+    assert (answers["fig"]["found"], answers["fig"]["value"]) == (True, 3)
+    assert answers["fig"]["versions"] == [
+        {"valid_from": 1_000, "value": 2},
+        {"valid_from": 100_000, "value": 3},
+    ]
+    assert (answers["pear"]["found"], answers["pear"]["value"]) == (False, None)
+    assert (answers["kiwi"]["found"], answers["kiwi"]["versions"]) == (False, [])
+    # `tables prices` (read_table_versions: the whole changelog, each partition's stream time
+    # entry among it): the keys that have a value, each as its owner answers it.
+    listed = versioned_contents_json(key_versions(decode_changelog(table, changelog).items()))
+    assert [(row["key"], row["value"], row["versions"]) for row in listed] == [
+        (key, answers[key]["value"], answers[key]["versions"]) for key in ("apple", "fig")
+    ]
 
 
 async def test_agents_read_a_join_declared_at_module_level_or_inside_them(

@@ -1,8 +1,11 @@
 """``streams-app tables`` against the real broker: windowed tables (a key's windows, one window
-by its start or as ``tables NAME`` lists it), one key answered by the running worker that owns
-it, or, with no worker, from the one changelog partition holding it; ``--json`` throughout.
+by its start or as ``tables NAME`` lists it) and a versioned table (a key's latest value and its
+versions; a key whose latest version is a tombstone is not found), one key answered by the
+running worker that owns it, or, with no worker, from the one changelog partition holding it;
+``--json`` throughout.
 
-The app is tests/ops/apps/windowed_tables.py (a plain, a tumbling and a sliding table).
+The app is tests/ops/apps/windowed_tables.py (a plain, a tumbling and a sliding table, and a
+versioned table built from a topic).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from streams_app.readback import read_topics
+from streams_app.readback import read_topics, wait_committed
 from streams_app.testing.workers import WorkerProcess
 from tests.ops.support import app_cli
 
@@ -27,6 +30,22 @@ APP = "tests.ops.apps.windowed_tables"
 T0 = 1_700_000_040_000  # a whole minute, in ms
 MINUTE = 60_000
 RECORDS = [(f"k{i % 7}", i, T0 + 1_500 * i) for i in range(120)]  # three minutes of data
+# The versioned table's source: a version replaced at its own time, one out of order, a key
+# deleted (a tombstone version).
+PRICES = [
+    ("apple", 9, T0),
+    ("apple", 10, T0),
+    ("pear", 5, T0 + 1_000),
+    ("apple", 12, T0 + 5_000),
+    ("apple", 11, T0 + 3_000),
+    ("pear", None, T0 + 2_000),
+]
+APPLE = [
+    {"valid_from": T0, "value": 10},
+    {"valid_from": T0 + 3_000, "value": 11},
+    {"valid_from": T0 + 5_000, "value": 12},
+]
+PEAR = [{"valid_from": T0 + 1_000, "value": 5}, {"valid_from": T0 + 2_000, "value": None}]
 
 
 def cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
@@ -39,12 +58,15 @@ def cli_json(env: dict[str, str], *argv: str) -> tuple[int, Any, str]:
     return done.returncode, json.loads(done.stdout), done.stderr
 
 
-async def produce(bootstrap: str, topic: str) -> None:
+async def produce(bootstrap: str, topic: str, prices: str) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
     await producer.start()
     try:
         for key, value, ts in RECORDS:
             await producer.send(topic, key=key.encode(), value=b"%d" % value, timestamp_ms=ts)
+        for key, price, ts in PRICES:
+            value = None if price is None else b"%d" % price
+            await producer.send(prices, key=key.encode(), value=value, timestamp_ms=ts)
         await producer.flush()
     finally:
         await producer.stop()
@@ -68,25 +90,38 @@ def test_tables_reads_windowed_tables_from_the_owner_or_one_partition(
         "TEST_SUFFIX": unique,
     }
     changelog = f"wt-{unique}-per-minute-changelog"
+    prices_changelog = f"wt-{unique}-prices-changelog"
     worker = WorkerProcess(APP, state_dir=tmp_path / "s", log_path=tmp_path / "w.log", env=env)
     worker.start()
     try:
         worker.wait_assigned()
         web = worker.wait_web_url()
-        asyncio.run(produce(bootstrap_servers, f"wt-in-{unique}"))
+        asyncio.run(produce(bootstrap_servers, f"wt-in-{unique}", f"wt-prices-{unique}"))
         done = cli(env, "status", "--wait-committed", "--timeout", "120s")
         assert done.returncode == 0, done.stdout + done.stderr
+        # status waits for the agents' inputs and the topics the group committed offsets of: a
+        # table's source partition it has committed nothing of yet is not among them.
+        asyncio.run(
+            wait_committed(
+                bootstrap_servers,
+                f"wt-{unique}",
+                [f"wt-prices-{unique}"],
+                outputs=[prices_changelog],
+                timeout=120,
+            )
+        )
         # status --json: the same facts for scripts.
         code, status, _ = cli_json(env, "status")
         assert code == 0 and status["app_id"] == f"wt-{unique}"
         assert (status["lag"], status["caught_up"], status["held"]) == (0, True, [])
         (member,) = status["group"]["members"]
         assert status["group"]["state"] == "Stable" and member["web"] == web
-        assert len(member["assignment"]) == 4
-        assert [
-            (t["task"], t["owner"], (t["committed"] or 0) == t["end"]) for t in status["tasks"]
-        ] == [(f"0_{p}", member["member_id"], True) for p in range(4)]
-        assert sum(t["end"] for t in status["tasks"]) == len(RECORDS)
+        assert len(member["assignment"]) == 8  # the input's partitions and the prices'
+        inputs = [t for t in status["tasks"] if t["topic"] == f"wt-in-{unique}"]
+        assert [(t["task"], t["owner"], (t["committed"] or 0) == t["end"]) for t in inputs] == [
+            (f"0_{p}", member["member_id"], True) for p in range(4)
+        ]
+        assert sum(t["end"] for t in inputs) == len(RECORDS)
         assert [
             t["transactional_id"].startswith(f"wt-{unique}-") for t in status["transactions"]
         ] == [True]
@@ -94,7 +129,7 @@ def test_tables_reads_windowed_tables_from_the_owner_or_one_partition(
         # The list: windowed tables show their own codecs and their window.
         code, listed, _ = cli_json(env, "tables")
         rows = {row["table"]: row for row in listed}
-        assert code == 0 and set(rows) == {"sums", "per-minute", "recent"}
+        assert code == 0 and set(rows) == {"sums", "per-minute", "recent", "prices"}
         assert (
             rows["per-minute"]["values"] == "json:int" and rows["per-minute"]["keys"] == "json:str"
         )
@@ -105,8 +140,19 @@ def test_tables_reads_windowed_tables_from_the_owner_or_one_partition(
             "retention_ms": 86_400_000,
         }
         assert rows["sums"]["window"] is None and rows["sums"]["partitions"] == 4
+        assert rows["prices"]["versioned"] == {"history_ms": 86_400_000}
+        assert rows["prices"]["window"] is None and rows["sums"]["versioned"] is None
         text = cli(env, "tables").stdout
         assert "None" not in text and "tumbling (size 1m00s, grace 0ms)" in text, text
+        assert text.split("\n")[0].endswith("HISTORY") and "  24h00m\n" in text, text
+
+        # A versioned table's key: its latest value and its versions, as the owner lists them.
+        # (Three CLI runs in all, each some seconds of make test: `tables prices` and the
+        # owner's 404 are checked broker-free, tests/unit/test_versioned_table_lookup.py and
+        # tests/joins/test_stream_table_driver.py.)
+        code, apple, stderr = cli_json(env, "tables", "prices", "apple")
+        answer = (code, apple["found"], apple["value"], apple["versions"], apple["source"])
+        assert answer == (0, True, 12, APPLE, {"worker": web}), stderr
 
         # A key of a windowed table: all its windows, answered by the worker owning it.
         code, one, stderr = cli_json(env, "tables", "per-minute", "k3")
@@ -147,6 +193,14 @@ def test_tables_reads_windowed_tables_from_the_owner_or_one_partition(
         assert read == len(in_partition) < len(everything), (read, len(everything))
         missing = cli(env, "tables", "per-minute", "nope", "--json")
         assert missing.returncode == 1 and json.loads(missing.stdout)["found"] is False
+        # The versioned table's key from its changelog partition: the owner's answer. A key
+        # whose latest version is a tombstone is not found, its versions listed.
+        code, offline, stderr = cli_json(env, "tables", "prices", "apple")
+        assert code == 0 and offline["source"]["changelog"] == prices_changelog, stderr
+        assert {**offline, "source": apple["source"]} == apple
+        code, gone, _ = cli_json(env, "tables", "prices", "pear")
+        answer = (code, gone["found"], gone["value"], gone["versions"], gone["source"]["changelog"])
+        assert answer == (1, False, None, PEAR, prices_changelog), gone
 
     finally:
         if worker.running:

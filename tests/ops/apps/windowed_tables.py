@@ -1,5 +1,6 @@
 """Test topology for ``tables``: a plain table, a tumbling and a sliding windowed table, all
-keyed like the input; windows are kept for a day (so none leaves the store during a test).
+keyed like the input; windows are kept for a day (so none leaves the store during a test). And a
+versioned table built from a topic of prices, with a day of history (so no version expires).
 
 Topic names come from TEST_SUFFIX; the broker and timing settings from STREAMS_APP_* variables.
 """
@@ -22,6 +23,8 @@ per_minute = app.Table("per-minute", default=int, key_type=str, value_type=int).
 recent = app.Table("recent", default=int, key_type=str, value_type=int).sliding(
     10, expires=timedelta(days=1)
 )
+prices_in = app.topic(f"wt-prices-{suffix}", key_type=str, value_type=int)
+prices = app.Table("prices", source=prices_in, versioned=timedelta(days=1))
 
 
 @app.agent(source)
