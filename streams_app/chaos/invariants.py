@@ -24,7 +24,10 @@ INVARIANTS: dict[str, str] = {
     ABORTED_READS: "a read_committed reader running during the faults saw only committed records",
     DUPLICATES: "no (source partition, source offset) appears twice in any output",
     ATOMICITY: "each input's echo, aggregates, repartition record and changelog: all or none",
-    ZOMBIE_COMMITS: "no fenced zombie got anything committed (generations monotone per input)",
+    ZOMBIE_COMMITS: (
+        "no fenced zombie got anything committed (generations monotone per input, "
+        "one transactional id at a time per generation)"
+    ),
     RESTORED_STATE: "local stores hold exactly the committed changelog (up to their offset)",
     CLIENT_TRANSACTIONS: "client layer alone: no lost write, duplicate, aborted read, bad offset",
     LIVENESS: "processing resumes within session + transaction timeout + restore time",

@@ -20,7 +20,9 @@ Kafka Streams since KAFKA-10167: restore is complete only once every transaction
 the changelog before restore started has been resolved, so the store cannot miss a write that is
 about to commit. The consumer is ``read_committed``: records of aborted transactions and the
 commit/abort markers are skipped, and its position steps over them, so a partition whose tail
-holds only markers still reaches the end.
+holds only markers still reaches the end. The end is where restore may stop, not a cut: a fetch
+that returns records committed beyond it (a previous owner still writing when restore read the
+end) has them applied too, and the stored offset is the position past them.
 
 Each fetched batch of a partition is applied with one ``StorePartition.write(batch, next
 offset)``: data and offset move together. A RocksDB partition keeps recent writes in memory for
@@ -353,10 +355,16 @@ class _Run:
 
     def apply(self, tp: TopicPartition, records: Sequence[RecordLike], now: float) -> None:
         end = self.pending[tp][3]
-        if records[-1].offset >= end:  # a limit below the high watermark (a source topic)
+        if tp in self.limited and records[-1].offset >= end:
+            # A source topic's records beyond its task's committed offset are not processed
+            # yet: they stay out, and ``moved`` stores the limit itself as the offset.
             records = [r for r in records if r.offset < end]
             if not records:
                 return
+        # A changelog's records beyond ``end`` are kept: they were committed after restore
+        # read its end (a previous owner still writing, a zombie's restore), and ``moved``
+        # stores the consumer's position past them. Dropping them while storing that
+        # position lost those writes (issue 38: the 10M networked chaos run).
         accept = self.accept.get(tp)
         batch: dict[bytes, bytes | None] = {}
         for record in records:

@@ -36,6 +36,12 @@ class Corruption:
     aborted_echo: bool = False
     #: Outputs of partition 1's last input committed under an older generation (a zombie).
     zombie_generation: bool = False
+    #: Partition 0's second half committed by another transactional id in the same generation
+    #: (a static member restarted on a new state dir): a hand-over, not a mistake.
+    static_handover: bool = False
+    #: Partition 0's inputs committed by two transactional ids taking turns in one generation
+    #: (a zombie of the same generation).
+    ids_taking_turns: bool = False
     #: Commit offsets one short of the end of data partition 0.
     short_offsets: bool = False
     #: A store snapshot holding a value the changelog never committed.
@@ -57,14 +63,25 @@ def make_system(bootstrap: str, suffix: str, tmp: Path) -> StreamsAppSystem:
     return StreamsAppSystem(bootstrap, suffix, tmp, settings)
 
 
-def _lineage(topic: str, partition: int, offset: int, gen: int = 1) -> list[tuple[str, bytes]]:
+def _lineage(
+    topic: str, partition: int, offset: int, gen: int = 1, txn_id: bytes = b"worker-a"
+) -> list[tuple[str, bytes]]:
     return [
         ("src_topic", topic.encode()),
         ("src_partition", b"%d" % partition),
         ("src_offset", b"%d" % offset),
-        ("txn_id", b"worker-a"),
+        ("txn_id", txn_id),
         ("generation", b"%d" % gen),
     ]
+
+
+def _txn_id(corruption: Corruption, partition: int, offset: int, records: int) -> bytes:
+    """The transactional id the outputs of one input name (see :class:`Corruption`)."""
+    if partition == 0 and corruption.static_handover and offset >= records // 2:
+        return b"worker-b"
+    if partition == 0 and corruption.ids_taking_turns and offset % 10 >= 5:
+        return b"worker-b"
+    return b"worker-a"
 
 
 async def write_run(
@@ -120,7 +137,7 @@ async def write_run(
         await txn.begin_transaction()
         for o, (key, value) in enumerate(rows):
             gen = 0 if corruption.zombie_generation and p == 1 and o == len(rows) - 1 else 1
-            headers = _lineage(t.data, p, o, gen)
+            headers = _lineage(t.data, p, o, gen, _txn_id(corruption, p, o, len(rows)))
             await send(t.echo, p, key, value, headers)
             sums[key] = sums.get(key, 0) + value
             mins[key] = min(mins.get(key, value), value)

@@ -290,3 +290,82 @@ async def test_an_open_transaction_stalls_restore_with_a_clear_error(
         assert dict(part.items()) == {b"a": b"1"}
     finally:
         await zombie.stop()
+
+
+async def stable_at(bootstrap: str, tp: TopicPartition, offset: int) -> None:
+    """Until a read_committed reader's end (the last stable offset) of ``tp`` reaches
+    ``offset``: commit markers are written after ``commit_transaction`` returns."""
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    await reader.start()
+    try:
+        while (await reader.end_offsets([KTP(*tp)]))[KTP(*tp)] < offset:
+            await asyncio.sleep(0.01)
+    finally:
+        await reader.stop()
+
+
+class GrowsAfterTheEnd:
+    """High watermarks as :class:`Offsets` gives them, then one more committed transaction,
+    stable up to ``until``, before they are returned: the changelog grows between restore
+    reading its end and fetching, as when the partition's previous owner (or, for a zombie's
+    restore, its new owner) is still writing."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        offsets: Offsets,
+        changelog: Changelog,
+        late: list[tuple[bytes, bytes | None]],
+        until: int,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.offsets = offsets
+        self.changelog = changelog
+        self.late = late
+        self.until = until
+        self.ends: dict[TopicPartition, int] = {}
+
+    async def beginning_offsets(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        return await self.offsets.beginning_offsets(partitions)
+
+    async def end_offsets(
+        self, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        self.ends = await self.offsets.end_offsets(partitions)
+        await self.changelog.transaction(self.late, commit=True)
+        for tp in partitions:
+            await stable_at(self.bootstrap, tp, self.until)
+        return self.ends
+
+
+async def test_records_committed_after_restore_read_the_end_are_applied_with_their_offset(
+    store: Store,
+    changelog: Changelog,
+    clients: tuple[RestoreConsumer, Offsets],
+    bootstrap_servers: str,
+) -> None:
+    """Issue 38's lost updates: the restore's last fetch returned records beyond the end it had
+    read; they were dropped but the position past them was stored, so the store claimed writes
+    it never had, and a worker resumed from the committed input offset with short sums."""
+    consumer, offsets = clients
+    tp = TopicPartition(changelog.topic, 0)
+    await changelog.transaction([(b"a", b"1"), (b"b", b"1")], commit=True)  # 0-1, marker 2
+    await stable_at(bootstrap_servers, tp, 3)
+    late: list[tuple[bytes, bytes | None]] = [(b"b", b"2"), (b"c", b"2")]  # 3-4, marker 5
+    grows = GrowsAfterTheEnd(bootstrap_servers, offsets, changelog, late, until=6)
+    part = store.partition(0)
+
+    result = (await restore_partitions({tp: part}, consumer, grows))[tp]
+
+    assert grows.ends == {tp: 3}  # restore read the end before the late transaction
+    # The first fetch returns the late transaction too: restore keeps it, and the offset it
+    # stores has every committed write below it (before the fix, offset 6 was stored with
+    # b=1 and without c).
+    assert part.changelog_offset == result.to_offset == 6 and result.records == 4
+    assert dict(part.items()) == {b"a": b"1", b"b": b"2", b"c": b"2"}
+
+    # And the next restore, from that offset, reads nothing more.
+    again = (await restore_partitions({tp: part}, consumer, offsets))[tp]
+    assert (again.from_offset, again.to_offset, again.records) == (6, 6, 0)
