@@ -486,8 +486,11 @@ class StreamsProducer:
         written = self._written
 
         def landed(done: asyncio.Future[RecordMetadataLike]) -> None:
-            if not done.cancelled() and done.exception() is None:
-                written.add(TopicPartition(topic, done.result().partition))
+            if done.cancelled() or done.exception() is not None:
+                return
+            landed_in = getattr(done.result(), "partition", None)
+            if landed_in is not None:
+                written.add(TopicPartition(topic, landed_in))
 
         future.add_done_callback(landed)
 
