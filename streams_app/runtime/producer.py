@@ -61,6 +61,7 @@ from streams_app.transport.base import (
     BatchingProducerClient,
     DirectBatchingProducerClient,
     GroupMetadata,
+    LeftoverAbortingProducerClient,
     ProducerClient,
     ProducerConfig,
     RecordMetadataLike,
@@ -130,9 +131,16 @@ class StreamsProducer:
         #: release() is re-sending the held sends: still holding (what is sent meanwhile
         #: queues behind them), but its own re-sends take the batch path as usual.
         self._draining = False
+        #: Partitions that may hold records of the open transaction (a batch or a record was
+        #: handed to the client for them): where a transaction given up may be left open.
+        self._written: set[TopicPartition] = set()
+        #: EndTxn(commit) went out for the open transaction: its outcome is the broker's.
+        self._commit_sent = False
         self.transactions_committed = 0
         self.transactions_aborted = 0
         self.recreated = 0
+        #: Partitions where a transaction given up was found still open, and aborted.
+        self.left_open_aborted = 0
         #: Records sent per topic and records per batch, for /metrics (counted per batch).
         self.stats = ProducerStats()
 
@@ -198,13 +206,64 @@ class StreamsProducer:
 
     async def recreate(self) -> None:
         """Throw the producer away and start a new one (fencing the old epoch). During an
-        outage the new one waits for the cluster (with ``reconnect``) rather than fail."""
+        outage the new one waits for the cluster (with ``reconnect``) rather than fail.
+
+        A transaction given up before its EndTxn(commit) went out is a known abort, and the
+        new producer's InitProducerId has the coordinator end it. But the coordinator skips
+        the ABORT marker of a partition that has no leader at that moment (Kafka 4.3, as
+        during the restart of the partition's broker), and the records stay an open
+        transaction of our producer id there; our next transaction that writes to that
+        partition joins it, and its commit marker commits them: the inputs they came from,
+        processed again after the rewind, would be in the output twice. So the partitions the
+        transaction wrote to are checked once the new producer has started, and what is still
+        open is aborted (:meth:`_abort_left_open`). A transaction whose EndTxn(commit) was
+        sent may have committed: nothing of it is touched."""
+        given_up = self._given_up()
         await self.stop()
         self.recreated += 1
         if self._reconnect is None:
             await self.start()
         else:
             await self._reconnect.start("the producer", self.start)
+        if given_up is None:
+            return
+        if self._reconnect is None:
+            await self._abort_left_open(*given_up)
+        else:  # the check, too, waits for the cluster rather than fail
+            await self._reconnect.start("the producer", lambda: self._abort_left_open(*given_up))
+
+    def _given_up(self) -> tuple[list[TopicPartition], int, int] | None:
+        """What a recreate gives up: the partitions written, producer id and epoch, when the
+        transaction is a known abort and the transport can check them."""
+        written, self._written = self._written, set()
+        commit_sent, self._commit_sent = self._commit_sent, False
+        client = self._client
+        if not written or commit_sent or not isinstance(client, LeftoverAbortingProducerClient):
+            return None
+        identity = client.producer_identity()
+        if identity is None:
+            return None
+        return sorted(written), identity[0], identity[1]
+
+    async def _abort_left_open(
+        self, partitions: list[TopicPartition], producer_id: int, producer_epoch: int
+    ) -> None:
+        client = self.client
+        assert isinstance(client, LeftoverAbortingProducerClient)
+        aborted = await client.abort_left_open(partitions, producer_id, producer_epoch)
+        for tp, offset in sorted(aborted.items()):
+            self.left_open_aborted += 1
+            log.warning(
+                "the transaction given up (producer id %d, epoch %d) was still open on %s[%d] "
+                "from offset %d: the broker wrote no abort marker there (Kafka skips the marker "
+                "of a partition without a leader at that moment, as while its broker restarts); "
+                "aborted it here, or the next commit would have committed its records",
+                producer_id,
+                producer_epoch,
+                tp.topic,
+                tp.partition,
+                offset,
+            )
 
     def hold(self) -> None:
         """From now until :meth:`release`, sends are kept back from the transaction in flight.
@@ -405,7 +464,35 @@ class StreamsProducer:
         self._pending.append(future)
         self._pending_topics.append(topic)
         self.stats.record(topic)
+        if self._eos:
+            self._note_written(topic, key, partition, future)
         return future
+
+    def _note_written(
+        self,
+        topic: str,
+        key: bytes | None,
+        partition: int | None,
+        future: asyncio.Future[RecordMetadataLike],
+    ) -> None:
+        """Remember the partition a record sent one by one went to (for :meth:`recreate`)."""
+        batcher = self._batcher
+        chosen = partition
+        if chosen is None and key is not None and batcher is not None:
+            chosen = batcher.choose_partition(topic, key, None)
+        if chosen is not None:
+            self._written.add(TopicPartition(topic, chosen))
+            return
+        written = self._written
+
+        def landed(done: asyncio.Future[RecordMetadataLike]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                return
+            landed_in = getattr(done.result(), "partition", None)
+            if landed_in is not None:
+                written.add(TopicPartition(topic, landed_in))
+
+        future.add_done_callback(landed)
 
     async def send_records(
         self, topic: str, partition: int, records: Sequence[tuple[bytes, bytes | None]]
@@ -522,6 +609,8 @@ class StreamsProducer:
 
     def _ship_sealed(self, batch: OpenBatch) -> None:
         self.stats.batch(batch.topic, batch.count)
+        if self._eos:
+            self._written.add(TopicPartition(batch.topic, batch.partition))
         self._queue.append(batch)
         if self._shipper is None or self._shipper.done():
             self._shipper = asyncio.get_running_loop().create_task(self._ship())
@@ -641,6 +730,7 @@ class StreamsProducer:
             if timed_out is None:
                 raise
             raise timed_out from exc
+        self._commit_sent = True
         try:
             await self._end_transaction()
         except ProducerFencedError as exc:
@@ -654,6 +744,8 @@ class StreamsProducer:
             ) from exc
         self._in_transaction = False
         self._began = None
+        self._written.clear()
+        self._commit_sent = False
         self.transactions_committed += 1
 
     async def _end_transaction(self) -> None:
@@ -693,6 +785,8 @@ class StreamsProducer:
         try:
             await self.client.abort_transaction()
             self._in_transaction = False
+            self._written.clear()
+            self._commit_sent = False
             self.transactions_aborted += 1
         except Exception as exc:  # a fatal producer cannot abort: InitProducerId will
             log.warning("abort failed (%s); recreating the producer", type(exc).__name__)

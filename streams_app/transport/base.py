@@ -429,6 +429,30 @@ class DirectBatchingProducerClient(BatchingProducerClient, Protocol):
         ...
 
 
+@runtime_checkable
+class LeftoverAbortingProducerClient(ProducerClient, Protocol):
+    """A transactional producer that can end what a transaction it gave up left open.
+
+    The coordinator ends an abandoned transaction (timed out, or fenced by the next
+    InitProducerId) by writing ABORT markers to its partitions, but Kafka 4.3 skips the marker
+    of a partition that has no leader at that moment (its metadata cache answers "no leader
+    endpoint", which the marker sender takes for a deleted partition). The records stay an open
+    transaction of the producer id there, and the next transaction of the same producer id
+    that writes to the partition *joins* it: its commit marker commits the aborted records too.
+    Optional: transports without it never check."""
+
+    def producer_identity(self) -> tuple[int, int] | None:
+        """The producer id and epoch of the open (or last) transaction; None before start."""
+        ...
+
+    async def abort_left_open(
+        self, partitions: Collection[TopicPartition], producer_id: int, producer_epoch: int
+    ) -> dict[TopicPartition, int]:
+        """Write an ABORT marker on each of ``partitions`` where ``producer_id`` still has a
+        transaction of ``producer_epoch`` open; return them with the offset it began at."""
+        ...
+
+
 class AdminClient(Protocol):
     async def start(self) -> None: ...
 

@@ -85,6 +85,13 @@ class CommitTimedOutError(TransactionTimedOutError, CommitOutcomeUnknownError):
     offsets again (``runtime.commit.MIGRATED``), as for any unknown outcome."""
 
 
+class TransactionLeftOpenError(StreamsAppError):
+    """A transaction this worker gave up is still open on a partition, and it could not be
+    aborted there (no CLUSTER_ACTION permission for WriteTxnMarkers, or the partition's leader
+    did not answer). Not a :class:`TransportError`: going on would let the next commit commit
+    the records of the transaction given up, so the worker stops, naming the partition."""
+
+
 class RecordRejectedError(SendFailedError, RecordError):
     """The client or the broker refused a record for good (see :data:`RECORD_REJECTED_CODES`)."""
 

@@ -64,6 +64,7 @@ from streams_app.kafka.assignor import (
     frame_user_data,
     unframe_user_data,
 )
+from streams_app.kafka.ops_admin import OpsAdmin, OpsAdminError, ProducerState
 from streams_app.transport.base import (
     BrokerLimits,
     CommittedOffset,
@@ -89,6 +90,7 @@ from streams_app.transport.errors import (
     RecordRejectedError,
     SendFailedError,
     TransactionAbortableError,
+    TransactionLeftOpenError,
     TransportError,
     is_record_rejected,
 )
@@ -902,6 +904,72 @@ class KafkaProducerClient:
             if mapped is exc:
                 raise
             raise mapped from exc
+
+    # -- what a transaction given up left open (LeftoverAbortingProducerClient) ------------
+
+    def producer_identity(self) -> tuple[int, int] | None:
+        if self._producer is None or not self.transactional:
+            return None
+        return self._producer.producer_id_and_epoch
+
+    async def abort_left_open(
+        self, partitions: Collection[TopicPartition], producer_id: int, producer_epoch: int
+    ) -> dict[TopicPartition, int]:
+        """ABORT markers where ``producer_id`` still has its ``producer_epoch`` transaction open.
+
+        Asked once the new producer's InitProducerId has returned: the coordinator has ended
+        that transaction by then, so one still open on a partition is one whose marker was
+        never written (see :class:`~streams_app.transport.base.LeftoverAbortingProducerClient`).
+        DescribeProducers needs READ on the topics: without it nothing can be checked, and that
+        is logged. WriteTxnMarkers needs CLUSTER_ACTION on a secured cluster: a transaction
+        found open and not aborted raises :class:`TransactionLeftOpenError`."""
+        wanted = sorted({(tp[0], tp[1]) for tp in partitions})
+        if not wanted:
+            return {}
+        admin = OpsAdmin(self._bootstrap, **self._security)
+        await admin.start()
+        try:
+            try:
+                states = await admin.describe_producers(wanted)
+            except (OpsAdminError, aerrors.KafkaError) as exc:
+                log.warning(
+                    "could not check %d partition(s) for a transaction of producer id %d left "
+                    "open by the transaction given up (%s): run `streams-app txn hanging` to see "
+                    "whether one holds their last stable offset",
+                    len(wanted),
+                    producer_id,
+                    exc,
+                )
+                return {}
+            left: dict[tuple[str, int], ProducerState] = {}
+            for tp, producers in states.items():
+                for state in producers:
+                    if (
+                        state.producer_id == producer_id
+                        and state.producer_epoch == producer_epoch
+                        and state.has_open_transaction
+                    ):
+                        left[tp] = state
+            for tp, state in sorted(left.items()):
+                try:
+                    await admin.abort_transaction(
+                        tp,
+                        producer_id=producer_id,
+                        producer_epoch=state.producer_epoch,
+                        coordinator_epoch=state.coordinator_epoch,
+                    )
+                except (OpsAdminError, aerrors.KafkaError) as exc:
+                    raise TransactionLeftOpenError(
+                        f"the transaction this worker gave up (producer id {producer_id}, epoch "
+                        f"{producer_epoch}) is still open on {tp[0]}[{tp[1]}] from offset "
+                        f"{state.current_txn_start_offset}, and aborting it failed ({exc}). "
+                        "Going on would let the next commit commit its records. Stopping. Fix: "
+                        "abort it with `streams-app txn hanging --abort` (or grant this worker "
+                        "CLUSTER_ACTION), then restart"
+                    ) from exc
+            return {TopicPartition(*tp): s.current_txn_start_offset for tp, s in left.items()}
+        finally:
+            await admin.close()
 
     async def abort_transaction(self) -> None:
         """Abort the open transaction; a no-op when none is open."""
