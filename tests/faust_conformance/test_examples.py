@@ -28,7 +28,14 @@ SELECTED = [e for e in RUNNABLE if FULL or e.quick]
 pytestmark = [pytest.mark.kafka, pytest.mark.faust_conformance]
 
 
-PARAMS = [pytest.param(e, id=e.name) for e in SELECTED]
+#: In make test-long (``long``), left out of make test: make test keeps ``word_count`` and
+#: ``guide_models`` (agents, tables, a timer and models under both systems); ``hello_world`` adds
+#: one agent that prints. ``make faust-conformance`` runs every example, these included.
+LONG = {"hello_world"}
+PARAMS = [
+    pytest.param(e, id=e.name, marks=[pytest.mark.long] if e.name in LONG and not FULL else [])
+    for e in SELECTED
+]
 
 
 @pytest.mark.parametrize("example", PARAMS)
