@@ -58,6 +58,7 @@ from streams_app.runtime.reconnect import Reconnect
 from streams_app.runtime.send_futures import HeldSend, OpenBatch, RecordFuture
 from streams_app.topology.contract import SendFuture
 from streams_app.transport.base import (
+    GROUP_OFFSETS,
     BatchingProducerClient,
     DirectBatchingProducerClient,
     GroupMetadata,
@@ -95,7 +96,13 @@ LEFT_OPEN_MAX_BACKOFF_S = 5.0
 
 
 def _named(entries: set[LeftOpen]) -> str:
-    return ", ".join(sorted({f"{e.tp.topic}[{e.tp.partition}]" for e in entries}))
+    return ", ".join(sorted({_name(e) for e in entries}))
+
+
+def _name(entry: LeftOpen) -> str:
+    if entry.group is not None:
+        return f"the {entry.tp.topic} partition of group {entry.group!r}"
+    return f"{entry.tp.topic}[{entry.tp.partition}]"
 
 
 class StreamsProducer:
@@ -149,6 +156,9 @@ class StreamsProducer:
         self._written: set[TopicPartition] = set()
         #: EndTxn(commit) went out for the open transaction: its outcome is the broker's.
         self._commit_sent = False
+        #: The group whose offsets the open transaction sent (TxnOffsetCommit): they may be in
+        #: the group's ``__consumer_offsets`` partition, pending, whatever the call answered.
+        self._offsets_group: str | None = None
         #: Where transactions given up may have been left open (a skipped ABORT marker), not
         #: answered yet: no transaction begins while one remains (:meth:`recreate`).
         self._unchecked: set[LeftOpen] = set()
@@ -283,12 +293,21 @@ class StreamsProducer:
         """The open transaction is given up: when it is a known abort (its EndTxn(commit) never
         went out), each partition it wrote becomes an entry to check, merged with those of
         earlier transactions still unanswered."""
-        written, self._written = self._written, set()
-        commit_sent, self._commit_sent = self._commit_sent, False
+        written, commit_sent, group = self._written, self._commit_sent, self._offsets_group
+        self._transaction_ended()
         if commit_sent or identity is None:
             return
         producer_id, epoch = identity
         self._unchecked.update(LeftOpen(tp, producer_id, epoch) for tp in written)
+        if group is not None:
+            self._unchecked.add(LeftOpen(GROUP_OFFSETS, producer_id, epoch, group))
+
+    def _transaction_ended(self) -> None:
+        """Nothing of the transaction can be left open by us any more (committed, answered
+        abort, or handed to :meth:`_give_up`)."""
+        self._written = set()
+        self._commit_sent = False
+        self._offsets_group = None
 
     async def _settle_left_open(self, client: ProducerClient) -> None:
         """Ask about every unchecked entry until each is answered, backing off between rounds
@@ -335,14 +354,13 @@ class StreamsProducer:
         for entry, offset in sorted(aborted.items()):
             self.left_open_aborted += 1
             log.warning(
-                "the transaction given up (producer id %d, epoch %d) was still open on %s[%d] "
+                "the transaction given up (producer id %d, epoch %d) was still open on %s "
                 "from offset %d: the broker wrote no abort marker there (Kafka skips the marker "
                 "of a partition without a leader at that moment, as while its broker restarts); "
                 "aborted it here, or the next commit would have committed its records",
                 entry.producer_id,
                 entry.producer_epoch,
-                entry.tp.topic,
-                entry.tp.partition,
+                _name(entry),
                 offset,
             )
 
@@ -351,7 +369,7 @@ class StreamsProducer:
         reason = (why or {}).get(entry, "not checked yet")
         return (
             f"the transaction this worker gave up (producer id {entry.producer_id}, epoch "
-            f"{entry.producer_epoch}) may still be open on {entry.tp.topic}[{entry.tp.partition}]"
+            f"{entry.producer_epoch}) may still be open on {_name(entry)}"
             f" (of {_named(self._unchecked)}): its leader gave no answer ({reason}) within "
             f"{self.left_open_deadline:g} s. If the broker skipped its abort marker, the next "
             "commit to that partition would commit the records given up. Stopping. Fix: once "
@@ -823,6 +841,7 @@ class StreamsProducer:
             if offsets:
                 if group is None:
                     raise TransportError("exactly-once commit without consumer group metadata")
+                self._offsets_group = group.group_id
                 await self.client.send_offsets_to_transaction(offsets, group, metadata)
         except ProducerFencedError as exc:
             # EndTxn not sent yet: a fencing here is a known abort (a timeout) or a zombie.
@@ -844,8 +863,7 @@ class StreamsProducer:
             ) from exc
         self._in_transaction = False
         self._began = None
-        self._written.clear()
-        self._commit_sent = False
+        self._transaction_ended()
         self.transactions_committed += 1
 
     async def _end_transaction(self) -> None:
@@ -885,8 +903,7 @@ class StreamsProducer:
         try:
             await self.client.abort_transaction()
             self._in_transaction = False
-            self._written.clear()
-            self._commit_sent = False
+            self._transaction_ended()
             self.transactions_aborted += 1
         except Exception as exc:  # a fatal producer cannot abort: InitProducerId will
             log.warning("abort failed (%s); recreating the producer", type(exc).__name__)

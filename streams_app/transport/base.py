@@ -436,6 +436,13 @@ class LeftOpen(NamedTuple):
     tp: TopicPartition
     producer_id: int
     producer_epoch: int
+    #: Set for the offsets the transaction sent: ``tp`` is then :data:`GROUP_OFFSETS`, and the
+    #: check asks the partition of ``__consumer_offsets`` that holds this group.
+    group: str | None = None
+
+
+#: The ``__consumer_offsets`` partition of :attr:`LeftOpen.group`, not resolved yet.
+GROUP_OFFSETS = TopicPartition("__consumer_offsets", -1)
 
 
 @dataclass

@@ -65,6 +65,7 @@ from streams_app.kafka.assignor import (
     unframe_user_data,
 )
 from streams_app.kafka.ops_admin import OpsAdmin, OpsAdminError, OpsAdminUnanswered, ProducerState
+from streams_app.kafka.placement import CONSUMER_OFFSETS, coordinator_partition
 from streams_app.transport.base import (
     BrokerLimits,
     CommittedOffset,
@@ -939,7 +940,8 @@ class KafkaProducerClient:
             check.unanswered = {entry: str(exc) for entry in entries}
             return check
         try:
-            answer = await admin.describe_producers_each({(e.tp[0], e.tp[1]) for e in entries})
+            where = await _where(admin, entries, check)
+            answer = await admin.describe_producers_each(set(where.values()))
             for (topic, index), why in sorted(answer.refused.items()):
                 log.warning(
                     "could not check %s[%d] for a transaction left open by the transaction "
@@ -949,8 +951,7 @@ class KafkaProducerClient:
                     index,
                     why,
                 )
-            for entry in entries:
-                tp = (entry.tp[0], entry.tp[1])
+            for entry, tp in where.items():
                 if tp in answer.unanswered:
                     check.unanswered[entry] = answer.unanswered[tp]
                     continue
@@ -1101,3 +1102,26 @@ def _open_by(states: Iterable[ProducerState], entry: LeftOpen) -> ProducerState 
         ):
             return state
     return None
+
+
+async def _where(
+    admin: OpsAdmin, entries: Sequence[LeftOpen], check: LeftOpenCheck
+) -> dict[LeftOpen, tuple[str, int]]:
+    """The partition to ask for each entry: its own, or its group's ``__consumer_offsets``
+    partition. A group's that cannot be found yet is unanswered; where the topic cannot be
+    described (no permission) or does not exist, nothing can be checked: dropped, warned."""
+    where: dict[LeftOpen, tuple[str, int]] = {}
+    for entry in entries:
+        if entry.group is None:
+            where[entry] = (entry.tp[0], entry.tp[1])
+            continue
+        try:
+            count = len(await admin.partitions(CONSUMER_OFFSETS))
+        except OpsAdminError as exc:
+            log.warning("could not check the offsets of group %r (%s)", entry.group, exc)
+            continue
+        except aerrors.KafkaError as exc:
+            check.unanswered[entry] = f"{CONSUMER_OFFSETS} unknown ({type(exc).__name__})"
+            continue
+        where[entry] = (CONSUMER_OFFSETS, coordinator_partition(entry.group, count))
+    return where

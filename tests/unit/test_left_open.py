@@ -25,6 +25,7 @@ from streams_app.runtime.commit import Committer
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.worker.rebalance import RebalanceListener
 from streams_app.transport.base import (
+    GROUP_OFFSETS,
     GroupMetadata,
     LeftOpen,
     LeftOpenCheck,
@@ -38,6 +39,7 @@ from streams_app.transport.errors import (
     TransactionLeftOpenError,
     TransportError,
 )
+from streams_app.transport.kafka import _where
 from tests.unit.test_commit_order import RecordingClient, RecordingTransport
 
 GROUP = GroupMetadata("g", 3, "member-1")
@@ -52,6 +54,7 @@ class _Client(RecordingClient):
     epochs = 0
     checked: list[list[LeftOpen]] = []
     fail_end_txn = False
+    fail_offsets = False
     answer: Callable[[list[LeftOpen]], Any] | None = None
 
     async def start(self) -> None:
@@ -72,6 +75,11 @@ class _Client(RecordingClient):
             return await answered if asyncio.iscoroutine(answered) else answered
         return LeftOpenCheck(aborted={e: 40 for e in entries if e.tp == OUT1})
 
+    async def send_offsets_to_transaction(self, *args: Any, **kwargs: Any) -> None:
+        await super().send_offsets_to_transaction(*args, **kwargs)
+        if _Client.fail_offsets:
+            raise TransportError("no answer to TxnOffsetCommit (injected)")
+
     async def commit_transaction(self) -> None:
         await super().commit_transaction()
         if _Client.fail_end_txn:
@@ -85,7 +93,8 @@ class _Transport(RecordingTransport):
 
 @pytest.fixture
 async def producer(monkeypatch: pytest.MonkeyPatch) -> StreamsProducer:
-    _Client.epochs, _Client.checked, _Client.fail_end_txn, _Client.answer = 0, [], False, None
+    _Client.epochs, _Client.checked, _Client.answer = 0, [], None
+    _Client.fail_end_txn = _Client.fail_offsets = False
     monkeypatch.setattr(producer_module, "LEFT_OPEN_FIRST_BACKOFF_S", 0.01)
     monkeypatch.setattr(producer_module, "LEFT_OPEN_MAX_BACKOFF_S", 0.02)
     made = StreamsProducer(_Transport(), ProducerConfig(transactional_id="tx"))  # type: ignore[arg-type]
@@ -202,6 +211,35 @@ async def test_a_round_cut_short_by_the_deadline_is_not_an_answer(
     with pytest.raises(TransactionLeftOpenError, match="no answer before the deadline"):
         await producer.recreate()
     assert producer.unchecked_left_open == [LeftOpen(OUT1, 7, 1), LeftOpen(OUT2, 7, 1)]
+
+
+async def test_the_offsets_of_a_transaction_given_up_are_checked_in_its_groups_partition(
+    producer: StreamsProducer,
+) -> None:
+    """The TxnOffsetCommit may be in the log though the call failed (a lost answer): its
+    group's ``__consumer_offsets`` partition is checked too (review 2.3)."""
+    await _write(producer)
+    _Client.fail_offsets = True
+    with pytest.raises(TransportError):
+        await producer.commit({TopicPartition("in", 0): 5}, GROUP)
+    await producer.recreate()
+    assert _Client.checked[0] == [
+        LeftOpen(GROUP_OFFSETS, 7, 1, "g"),
+        LeftOpen(OUT1, 7, 1),
+        LeftOpen(OUT2, 7, 1),
+    ]
+
+
+async def test_a_groups_offsets_partition_is_where_its_coordinator_logs_it() -> None:
+    class _Admin:
+        async def partitions(self, topic: str) -> list[int]:
+            assert topic == "__consumer_offsets"
+            return list(range(50))
+
+    entries = [LeftOpen(OUT1, 7, 1), LeftOpen(GROUP_OFFSETS, 7, 1, "hello")]
+    where = await _where(_Admin(), entries, LeftOpenCheck())  # type: ignore[arg-type]
+    # Kafka's Utils.abs("hello".hashCode()) % 50 (test_ops_decoding has the hash itself).
+    assert where == {entries[0]: ("out", 1), entries[1]: ("__consumer_offsets", 99162322 % 50)}
 
 
 # -- the generic handlers let TransactionLeftOpenError through ----------------------------
