@@ -33,7 +33,8 @@ from streams_app.kafka.ops_admin import OpsAdmin
 from streams_app.readback import read_topics
 from streams_app.runtime.guarantees import producer_config
 from streams_app.runtime.producer import StreamsProducer
-from streams_app.transport.base import TopicSpec
+from streams_app.transport.base import GroupMetadata, TopicPartition, TopicSpec
+from streams_app.transport.errors import TransactionTimedOutError
 from tests.kafka.helpers import create_topics
 from tests.runtime.helpers import wait_until
 
@@ -171,6 +172,11 @@ async def test_a_partition_still_leaderless_at_the_recreate_is_checked_once_it_i
     try:
         await scene.leave_open()
         producer = scene.producer
+        # The worker's commit after the timeout: it sends its offsets first, and is told the
+        # transaction is over. Its group's __consumer_offsets partition is checked too.
+        group = GroupMetadata(f"skipped-{unique}", 1, "member-1")
+        with pytest.raises(TransactionTimedOutError):
+            await producer.commit({TopicPartition(scene.topic, scene.partition): 1}, group)
         producer.left_open_deadline = 180  # the node's restart, on a loaded machine
         recreating = asyncio.create_task(producer.recreate())
         try:
