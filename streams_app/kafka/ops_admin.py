@@ -89,6 +89,11 @@ class OpsAdminError(StreamsAppError):
     """A broker refused an operator's request; the message names the call, the code and why."""
 
 
+class OpsAdminUnanswered(OpsAdminError):
+    """The node owning what was asked never answered within the attempts (no leader, leader
+    unreachable, ownership still moving): unlike a refusal, asking again later may succeed."""
+
+
 def error_name(code: int) -> str:
     if code == TRANSACTIONAL_ID_NOT_FOUND:
         return "TRANSACTIONAL_ID_NOT_FOUND"
@@ -133,6 +138,18 @@ class ProducerState:
         return self.current_txn_start_offset >= 0
 
 
+@dataclass
+class ProducersAnswer:
+    """One round of DescribeProducers, partition by partition (``describe_producers_each``)."""
+
+    #: The active producers of each partition that answered (none: the partition does not exist).
+    states: dict[TP, list[ProducerState]]
+    #: Partitions that gave no answer yet (no leader, leader unreachable or moving), and why.
+    unanswered: dict[TP, str]
+    #: Partitions whose leader refused the request (no READ permission, ...), and why.
+    refused: dict[TP, str]
+
+
 @dataclass(frozen=True)
 class FetchedLog:
     """One Fetch (read_uncommitted) of one partition: the stored bytes and the offsets."""
@@ -163,6 +180,14 @@ class GroupDescription:
     state: str
     protocol: str
     members: tuple[GroupMember, ...]
+
+
+def _producer_states(response: Any) -> Iterable[tuple[TP, int, str, list[ProducerState]]]:
+    """A DescribeProducers response, partition by partition: (tp, code, ": message", states)."""
+    for topic, parts, _tags in response.topics:
+        for index, code, message, producers, _t in parts:
+            states = [ProducerState(*fields[:6]) for fields in producers]
+            yield (topic, index), code, f": {message}" if message else "", states
 
 
 def _member(fields: tuple[Any, ...]) -> GroupMember:
@@ -258,7 +283,7 @@ class OpsAdmin:
                 last = exc
                 await asyncio.sleep(min(0.1 * 2**attempt, 1.0))
                 await self._client.force_metadata_update()
-        raise OpsAdminError(f"{what}: still failing after {_ATTEMPTS} attempts ({last})")
+        raise OpsAdminUnanswered(f"{what}: still failing after {_ATTEMPTS} attempts ({last})")
 
     def broker_ids(self) -> list[int]:
         return sorted(broker.nodeId for broker in self._client.cluster.brokers())
@@ -392,24 +417,72 @@ class OpsAdmin:
         async def attempt() -> None:
             for node_id, tps in (await self._by_leader(sorted(pending))).items():
                 response = await self._send(node_id, DescribeProducersRequest(tps))
-                for topic, parts, _tags in response.topics:
-                    for index, code, message, producers, _t in parts:
-                        tp = (topic, index)
-                        if code in _MOVED:
-                            continue
-                        if code:
-                            raise OpsAdminError(
-                                f"DescribeProducers of {topic}[{index}]: {error_name(code)}"
-                                f"{': ' + message if message else ''}"
-                            )
-                        out[tp] = [ProducerState(*fields[:6]) for fields in producers]
-                        pending.discard(tp)
+                for tp, code, message, states in _producer_states(response):
+                    if code in _MOVED:
+                        continue
+                    if code:
+                        raise OpsAdminError(
+                            f"DescribeProducers of {tp[0]}[{tp[1]}]: {error_name(code)}{message}"
+                        )
+                    out[tp] = states
+                    pending.discard(tp)
             if pending:
                 raise _Moved("partition leaders moved")
 
         if pending:
             await self._retrying("DescribeProducers", attempt)
         return out
+
+    async def describe_producers_each(self, partitions: Collection[TP]) -> ProducersAnswer:
+        """One round of DescribeProducers where each partition stands alone: a partition without
+        a leader, or whose leader does not answer, is reported as unanswered and does not void
+        the answers of the others (:meth:`describe_producers` wants them all). A partition that
+        does not exist is answered: no producer can have anything open there. No retry: the
+        caller decides when to ask again."""
+        answer = ProducersAnswer({}, {}, {})
+        by_node: defaultdict[int, list[TP]] = defaultdict(list)
+        with contextlib.suppress(*_NODE_DOWN, aerrors.KafkaError):
+            await self._client.force_metadata_update()
+        for tp in sorted(set(partitions)):
+            try:
+                by_node[await self._leader(tp)].append(tp)
+            except _Moved as exc:
+                exists = await self._partition_exists(tp)
+                if exists is False:
+                    answer.states[tp] = []
+                else:
+                    answer.unanswered[tp] = str(exc)
+            except OpsAdminError:  # the topic does not exist
+                answer.states[tp] = []
+            except (*_NODE_DOWN, aerrors.KafkaError) as exc:
+                answer.unanswered[tp] = f"its leader is unknown ({type(exc).__name__})"
+        for node_id, tps in sorted(by_node.items()):
+            try:
+                response = await self._send(node_id, DescribeProducersRequest(tps))
+            except (*_NODE_DOWN, aerrors.KafkaError) as exc:
+                for tp in tps:
+                    answer.unanswered[tp] = f"its leader, broker {node_id}, did not answer ({exc})"
+                continue
+            for tp, code, message, states in _producer_states(response):
+                if code in _MOVED:
+                    answer.unanswered[tp] = f"{error_name(code)} from broker {node_id}"
+                elif code:
+                    answer.refused[tp] = f"{error_name(code)}{message}"
+                else:
+                    answer.states[tp] = states
+            for tp in tps:
+                if tp not in answer.states and tp not in answer.refused:
+                    answer.unanswered.setdefault(tp, f"broker {node_id} sent no answer for it")
+        return answer
+
+    async def _partition_exists(self, tp: TP) -> bool | None:
+        """Whether the partition exists (None: the cluster did not say)."""
+        try:
+            return tp[1] in await self.partitions(tp[0])
+        except OpsAdminError:
+            return False
+        except (*_NODE_DOWN, aerrors.KafkaError):
+            return None
 
     async def abort_transaction(
         self, tp: TP, *, producer_id: int, producer_epoch: int, coordinator_epoch: int

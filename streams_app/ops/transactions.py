@@ -29,13 +29,9 @@ from streams_app.kafka.ops_admin import (
     ProducerState,
     TransactionDescription,
 )
+from streams_app.kafka.placement import coordinator_partition
 from streams_app.ops.log import read_batches
-from streams_app.ops.txnlog import (
-    TRANSACTION_STATE_TOPIC,
-    TxnLogEntry,
-    coordinator_partition,
-    decode_entry,
-)
+from streams_app.ops.txnlog import TRANSACTION_STATE_TOPIC, TxnLogEntry, decode_entry
 
 TP = tuple[str, int]
 

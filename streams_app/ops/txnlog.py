@@ -2,7 +2,7 @@
 
 Every change of a transactional id's metadata (a new producer epoch, a partition added, commit
 prepared, commit complete, ...) is written to partition ``abs(hash(id)) % partitions`` of the
-compacted topic ``__transaction_state`` (``hash`` is Java's ``String.hashCode``). Reading that
+compacted topic ``__transaction_state`` (``streams_app/kafka/placement.py``). Reading that
 partition shows the history the seed document prints with Kafka's
 ``TransactionLogMessageFormatter``: ``Ongoing -> PrepareCommit -> CompleteCommit``. Compaction
 keeps only the latest record per id once a segment is cleaned, so older history may be gone.
@@ -41,22 +41,6 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 class TxnLogDecodeError(ValueError):
     """A ``__transaction_state`` record this decoder does not understand."""
-
-
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units, as a signed 32-bit int)."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def coordinator_partition(transactional_id: str, partitions: int) -> int:
-    """The ``__transaction_state`` partition of an id (Kafka's ``Utils.abs(hash) % n``)."""
-    h = java_string_hash(transactional_id)
-    positive = 0 if h == -(1 << 31) else abs(h)
-    return positive % partitions
 
 
 @dataclass(frozen=True)

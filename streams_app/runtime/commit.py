@@ -75,7 +75,6 @@ before processing (loss possible, duplicates not).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -94,6 +93,7 @@ from streams_app.transport.errors import (
     FatalProducerError,
     ProducerFencedError,
     SendFailedError,
+    TransactionLeftOpenError,
 )
 
 log = logging.getLogger(__name__)
@@ -381,7 +381,11 @@ class Committer:
         self.group = None
         if isinstance(cause, CommitFailedError):
             # The transaction is still abortable; abort it rather than wait for its timeout.
-            with contextlib.suppress(Exception):
+            try:
                 await self.producer.abort()
+            except TransactionLeftOpenError:
+                raise  # records given up may be open: the worker stops (see StreamsProducer)
+            except Exception:  # the recreate below aborts it
+                pass
         await self.producer.recreate()
         self.records_since_commit = 0

@@ -58,9 +58,11 @@ from streams_app.runtime.reconnect import Reconnect
 from streams_app.runtime.send_futures import HeldSend, OpenBatch, RecordFuture
 from streams_app.topology.contract import SendFuture
 from streams_app.transport.base import (
+    GROUP_OFFSETS,
     BatchingProducerClient,
     DirectBatchingProducerClient,
     GroupMetadata,
+    LeftOpen,
     LeftoverAbortingProducerClient,
     ProducerClient,
     ProducerConfig,
@@ -74,6 +76,7 @@ from streams_app.transport.errors import (
     ProducerFencedError,
     RecordRejectedError,
     SendFailedError,
+    TransactionLeftOpenError,
     TransactionTimedOutError,
     TransportError,
     is_record_rejected,
@@ -83,6 +86,23 @@ log = logging.getLogger(__name__)
 
 
 _NO_HEADERS: list[tuple[str, bytes]] = []
+
+#: The check of what a transaction given up left open (:meth:`StreamsProducer.recreate`): the
+#: shortest overall deadline (a broker's restart fits in it), each request's timeout, backoff.
+LEFT_OPEN_DEADLINE_S = 60.0
+LEFT_OPEN_REQUEST_TIMEOUT_MS = 5_000
+LEFT_OPEN_FIRST_BACKOFF_S = 0.5
+LEFT_OPEN_MAX_BACKOFF_S = 5.0
+
+
+def _named(entries: set[LeftOpen]) -> str:
+    return ", ".join(sorted({_name(e) for e in entries}))
+
+
+def _name(entry: LeftOpen) -> str:
+    if entry.group is not None:
+        return f"the {entry.tp.topic} partition of group {entry.group!r}"
+    return f"{entry.tp.topic}[{entry.tp.partition}]"
 
 
 class StreamsProducer:
@@ -136,11 +156,22 @@ class StreamsProducer:
         self._written: set[TopicPartition] = set()
         #: EndTxn(commit) went out for the open transaction: its outcome is the broker's.
         self._commit_sent = False
+        #: The group whose offsets the open transaction sent (TxnOffsetCommit): they may be in
+        #: the group's ``__consumer_offsets`` partition, pending, whatever the call answered.
+        self._offsets_group: str | None = None
+        #: Where transactions given up may have been left open (a skipped ABORT marker), not
+        #: answered yet: no transaction begins while one remains (:meth:`recreate`).
+        self._unchecked: set[LeftOpen] = set()
+        #: How long :meth:`recreate` asks about them before it stops the worker: the
+        #: transaction timeout, and at least long enough for a broker to restart.
+        self.left_open_deadline = max(config.transaction_timeout_ms / 1000, LEFT_OPEN_DEADLINE_S)
         self.transactions_committed = 0
         self.transactions_aborted = 0
         self.recreated = 0
         #: Partitions where a transaction given up was found still open, and aborted.
         self.left_open_aborted = 0
+        #: Rounds of that check (DescribeProducers, then WriteTxnMarkers where still open).
+        self.left_open_checks = 0
         #: Records sent per topic and records per batch, for /metrics (counted per batch).
         self.stats = ProducerStats()
 
@@ -186,8 +217,15 @@ class StreamsProducer:
         return self._client
 
     async def start(self) -> None:
+        self._publish(await self._started_client())
+
+    async def _started_client(self) -> ProducerClient:
         client = self._transport.producer(self._config)
         await client.start()
+        return client
+
+    def _publish(self, client: ProducerClient) -> None:
+        """From here on sends go to ``client``."""
         self._client = client
         self._batcher = client if isinstance(client, BatchingProducerClient) else None
         self._direct = client if isinstance(client, DirectBatchingProducerClient) else None
@@ -214,56 +252,134 @@ class StreamsProducer:
         during the restart of the partition's broker), and the records stay an open
         transaction of our producer id there; our next transaction that writes to that
         partition joins it, and its commit marker commits them: the inputs they came from,
-        processed again after the rewind, would be in the output twice. So the partitions the
-        transaction wrote to are checked once the new producer has started, and what is still
-        open is aborted (:meth:`_abort_left_open`). A transaction whose EndTxn(commit) was
-        sent may have committed: nothing of it is touched."""
-        given_up = self._given_up()
+        processed again after the rewind, would be in the output twice. So each partition the
+        transaction wrote to becomes an entry of ``_unchecked`` (with the producer id and epoch
+        it wrote with), and the new producer is published only once every entry has been
+        answered, and what was still open aborted (:meth:`_settle_left_open`): no send can
+        begin a transaction before. A partition without a leader is asked again, with
+        backoff, until ``left_open_deadline``; then :class:`TransactionLeftOpenError` stops the
+        worker, the entries kept. A transaction whose EndTxn(commit) was sent may have
+        committed: nothing of it is touched."""
+        identity = self._identity()  # the given-up transaction's, read before the client goes
         await self.stop()
+        self._give_up(identity)
         self.recreated += 1
+        made: list[ProducerClient] = []
+
+        async def start() -> None:
+            made.append(await self._started_client())
+
         if self._reconnect is None:
-            await self.start()
+            await start()
         else:
-            await self._reconnect.start("the producer", self.start)
-        if given_up is None:
-            return
-        if self._reconnect is None:
-            await self._abort_left_open(*given_up)
-        else:  # the check, too, waits for the cluster rather than fail
-            await self._reconnect.start("the producer", lambda: self._abort_left_open(*given_up))
+            await self._reconnect.start("the producer", start)
+        client = made[-1]
+        if self._unchecked:
+            try:
+                await self._settle_left_open(client)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await client.stop()
+                raise
+        self._publish(client)
 
-    def _given_up(self) -> tuple[list[TopicPartition], int, int] | None:
-        """What a recreate gives up: the partitions written, producer id and epoch, when the
-        transaction is a known abort and the transport can check them."""
-        written, self._written = self._written, set()
-        commit_sent, self._commit_sent = self._commit_sent, False
+    def _identity(self) -> tuple[int, int] | None:
         client = self._client
-        if not written or commit_sent or not isinstance(client, LeftoverAbortingProducerClient):
+        if not isinstance(client, LeftoverAbortingProducerClient):
             return None
-        identity = client.producer_identity()
-        if identity is None:
-            return None
-        return sorted(written), identity[0], identity[1]
+        return client.producer_identity()
 
-    async def _abort_left_open(
-        self, partitions: list[TopicPartition], producer_id: int, producer_epoch: int
-    ) -> None:
-        client = self.client
-        assert isinstance(client, LeftoverAbortingProducerClient)
-        aborted = await client.abort_left_open(partitions, producer_id, producer_epoch)
-        for tp, offset in sorted(aborted.items()):
+    def _give_up(self, identity: tuple[int, int] | None) -> None:
+        """The open transaction is given up: when it is a known abort (its EndTxn(commit) never
+        went out), each partition it wrote becomes an entry to check, merged with those of
+        earlier transactions still unanswered."""
+        written, commit_sent, group = self._written, self._commit_sent, self._offsets_group
+        self._transaction_ended()
+        if commit_sent or identity is None:
+            return
+        producer_id, epoch = identity
+        self._unchecked.update(LeftOpen(tp, producer_id, epoch) for tp in written)
+        if group is not None:
+            self._unchecked.add(LeftOpen(GROUP_OFFSETS, producer_id, epoch, group))
+
+    def _transaction_ended(self) -> None:
+        """Nothing of the transaction can be left open by us any more (committed, answered
+        abort, or handed to :meth:`_give_up`)."""
+        self._written = set()
+        self._commit_sent = False
+        self._offsets_group = None
+
+    async def _settle_left_open(self, client: ProducerClient) -> None:
+        """Ask about every unchecked entry until each is answered, backing off between rounds
+        (a partition without a leader answers once its broker is back); an entry is dropped
+        only once answered. A round cut short by the deadline answers nothing. Past the
+        deadline, raise :class:`TransactionLeftOpenError` naming what is still unchecked."""
+        if not isinstance(client, LeftoverAbortingProducerClient):
+            self._unchecked.clear()  # another transport: nothing it could check
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.left_open_deadline
+        delay = LEFT_OPEN_FIRST_BACKOFF_S
+        warned = False
+        while True:
+            self.left_open_checks += 1
+            try:
+                async with asyncio.timeout_at(deadline):
+                    check = await client.abort_left_open(
+                        sorted(self._unchecked), request_timeout_ms=LEFT_OPEN_REQUEST_TIMEOUT_MS
+                    )
+            except TimeoutError:
+                why = {entry: "no answer before the deadline" for entry in self._unchecked}
+            else:
+                self._aborted_left_open(check.aborted)
+                self._unchecked = set(check.unanswered)
+                why = check.unanswered
+            if not self._unchecked:
+                return
+            if not warned:
+                warned = True
+                log.warning(
+                    "could not yet check %s for records the transaction given up left open "
+                    "(%s): asking again for up to %.0f s; no transaction begins meanwhile",
+                    _named(self._unchecked),
+                    "; ".join(sorted(set(why.values()))),
+                    self.left_open_deadline,
+                )
+            if loop.time() + delay >= deadline:
+                raise TransactionLeftOpenError(self._unchecked_message(why))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LEFT_OPEN_MAX_BACKOFF_S)
+
+    def _aborted_left_open(self, aborted: Mapping[LeftOpen, int]) -> None:
+        for entry, offset in sorted(aborted.items()):
             self.left_open_aborted += 1
             log.warning(
-                "the transaction given up (producer id %d, epoch %d) was still open on %s[%d] "
+                "the transaction given up (producer id %d, epoch %d) was still open on %s "
                 "from offset %d: the broker wrote no abort marker there (Kafka skips the marker "
                 "of a partition without a leader at that moment, as while its broker restarts); "
                 "aborted it here, or the next commit would have committed its records",
-                producer_id,
-                producer_epoch,
-                tp.topic,
-                tp.partition,
+                entry.producer_id,
+                entry.producer_epoch,
+                _name(entry),
                 offset,
             )
+
+    def _unchecked_message(self, why: Mapping[LeftOpen, str] | None = None) -> str:
+        entry = min(self._unchecked)
+        reason = (why or {}).get(entry, "not checked yet")
+        return (
+            f"the transaction this worker gave up (producer id {entry.producer_id}, epoch "
+            f"{entry.producer_epoch}) may still be open on {_name(entry)}"
+            f" (of {_named(self._unchecked)}): its leader gave no answer ({reason}) within "
+            f"{self.left_open_deadline:g} s. If the broker skipped its abort marker, the next "
+            "commit to that partition would commit the records given up. Stopping. Fix: once "
+            "the partition has a leader, run `streams-app txn hanging --abort`, then restart"
+        )
+
+    @property
+    def unchecked_left_open(self) -> list[LeftOpen]:
+        """Partitions a transaction given up may have left open, not answered yet."""
+        return sorted(self._unchecked)
 
     def hold(self) -> None:
         """From now until :meth:`release`, sends are kept back from the transaction in flight.
@@ -366,6 +482,8 @@ class StreamsProducer:
     async def maybe_begin(self) -> None:
         if not self.exactly_once or self._in_transaction:
             return
+        if self._unchecked:  # recreate() raised, and someone went on regardless
+            raise TransactionLeftOpenError(self._unchecked_message())
         async with self._begin_lock:
             if not self._in_transaction:
                 await self.client.begin_transaction()
@@ -723,6 +841,7 @@ class StreamsProducer:
             if offsets:
                 if group is None:
                     raise TransportError("exactly-once commit without consumer group metadata")
+                self._offsets_group = group.group_id
                 await self.client.send_offsets_to_transaction(offsets, group, metadata)
         except ProducerFencedError as exc:
             # EndTxn not sent yet: a fencing here is a known abort (a timeout) or a zombie.
@@ -744,8 +863,7 @@ class StreamsProducer:
             ) from exc
         self._in_transaction = False
         self._began = None
-        self._written.clear()
-        self._commit_sent = False
+        self._transaction_ended()
         self.transactions_committed += 1
 
     async def _end_transaction(self) -> None:
@@ -785,8 +903,7 @@ class StreamsProducer:
         try:
             await self.client.abort_transaction()
             self._in_transaction = False
-            self._written.clear()
-            self._commit_sent = False
+            self._transaction_ended()
             self.transactions_aborted += 1
         except Exception as exc:  # a fatal producer cannot abort: InitProducerId will
             log.warning("abort failed (%s); recreating the producer", type(exc).__name__)

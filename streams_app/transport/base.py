@@ -429,6 +429,33 @@ class DirectBatchingProducerClient(BatchingProducerClient, Protocol):
         ...
 
 
+class LeftOpen(NamedTuple):
+    """A partition a transaction given up wrote to, with the producer id and epoch it wrote
+    with: where the coordinator's ABORT marker may have been skipped."""
+
+    tp: TopicPartition
+    producer_id: int
+    producer_epoch: int
+    #: Set for the offsets the transaction sent: ``tp`` is then :data:`GROUP_OFFSETS`, and the
+    #: check asks the partition of ``__consumer_offsets`` that holds this group.
+    group: str | None = None
+
+
+#: The ``__consumer_offsets`` partition of :attr:`LeftOpen.group`, not resolved yet.
+GROUP_OFFSETS = TopicPartition("__consumer_offsets", -1)
+
+
+@dataclass
+class LeftOpenCheck:
+    """One round of :meth:`LeftoverAbortingProducerClient.abort_left_open`. Every entry asked
+    about that is in neither map was answered: nothing of that transaction is open there."""
+
+    #: Found still open, and aborted here: the offset the transaction began at.
+    aborted: dict[LeftOpen, int] = field(default_factory=dict)
+    #: Not answered yet (no leader, leader unreachable, no answer in time), and why.
+    unanswered: dict[LeftOpen, str] = field(default_factory=dict)
+
+
 @runtime_checkable
 class LeftoverAbortingProducerClient(ProducerClient, Protocol):
     """A transactional producer that can end what a transaction it gave up left open.
@@ -446,10 +473,13 @@ class LeftoverAbortingProducerClient(ProducerClient, Protocol):
         ...
 
     async def abort_left_open(
-        self, partitions: Collection[TopicPartition], producer_id: int, producer_epoch: int
-    ) -> dict[TopicPartition, int]:
-        """Write an ABORT marker on each of ``partitions`` where ``producer_id`` still has a
-        transaction of ``producer_epoch`` open; return them with the offset it began at."""
+        self, left: Collection[LeftOpen], *, request_timeout_ms: int
+    ) -> LeftOpenCheck:
+        """Ask each entry's partition (each on its own: one without a leader does not hold up
+        the others) whether its producer id still has a transaction of its epoch open there,
+        and write an ABORT marker where it has. Raises
+        :class:`~streams_app.transport.errors.TransactionLeftOpenError` for one found open that
+        the broker refuses to abort."""
         ...
 
 

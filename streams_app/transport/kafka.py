@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import aiokafka.errors as aerrors
@@ -64,13 +64,16 @@ from streams_app.kafka.assignor import (
     frame_user_data,
     unframe_user_data,
 )
-from streams_app.kafka.ops_admin import OpsAdmin, OpsAdminError, ProducerState
+from streams_app.kafka.ops_admin import OpsAdmin, OpsAdminError, OpsAdminUnanswered, ProducerState
+from streams_app.kafka.placement import CONSUMER_OFFSETS, coordinator_partition
 from streams_app.transport.base import (
     BrokerLimits,
     CommittedOffset,
     ConsumerConfig,
     GroupAssignor,
     GroupMetadata,
+    LeftOpen,
+    LeftOpenCheck,
     MemberAssignment,
     MemberSubscription,
     ProducerConfig,
@@ -913,61 +916,69 @@ class KafkaProducerClient:
         return self._producer.producer_id_and_epoch
 
     async def abort_left_open(
-        self, partitions: Collection[TopicPartition], producer_id: int, producer_epoch: int
-    ) -> dict[TopicPartition, int]:
-        """ABORT markers where ``producer_id`` still has its ``producer_epoch`` transaction open.
+        self, left: Collection[LeftOpen], *, request_timeout_ms: int
+    ) -> LeftOpenCheck:
+        """ABORT markers where an entry's producer id still has its epoch's transaction open.
 
         Asked once the new producer's InitProducerId has returned: the coordinator has ended
-        that transaction by then, so one still open on a partition is one whose marker was
+        those transactions by then, so one still open on a partition is one whose marker was
         never written (see :class:`~streams_app.transport.base.LeftoverAbortingProducerClient`).
-        DescribeProducers needs READ on the topics: without it nothing can be checked, and that
-        is logged. WriteTxnMarkers needs CLUSTER_ACTION on a secured cluster: a transaction
-        found open and not aborted raises :class:`TransactionLeftOpenError`."""
-        wanted = sorted({(tp[0], tp[1]) for tp in partitions})
-        if not wanted:
-            return {}
-        admin = OpsAdmin(self._bootstrap, **self._security)
-        await admin.start()
+        Each partition is answered on its own: one without a leader (the very case that skips
+        markers) comes back unanswered, for the caller to ask again, and does not void the
+        others. DescribeProducers needs READ on the topics: a partition that refuses it cannot
+        be checked, and that is logged. WriteTxnMarkers needs CLUSTER_ACTION on a secured
+        cluster: a transaction found open and refused its abort raises
+        :class:`TransactionLeftOpenError`."""
+        check = LeftOpenCheck()
+        entries = sorted(set(left))
+        if not entries:
+            return check
+        admin = OpsAdmin(self._bootstrap, request_timeout_ms=request_timeout_ms, **self._security)
         try:
-            try:
-                states = await admin.describe_producers(wanted)
-            except (OpsAdminError, aerrors.KafkaError) as exc:
+            await admin.start()
+        except BrokerUnavailable as exc:
+            check.unanswered = {entry: str(exc) for entry in entries}
+            return check
+        try:
+            where = await _where(admin, entries, check)
+            answer = await admin.describe_producers_each(set(where.values()))
+            for (topic, index), why in sorted(answer.refused.items()):
                 log.warning(
-                    "could not check %d partition(s) for a transaction of producer id %d left "
-                    "open by the transaction given up (%s): run `streams-app txn hanging` to see "
-                    "whether one holds their last stable offset",
-                    len(wanted),
-                    producer_id,
-                    exc,
+                    "could not check %s[%d] for a transaction left open by the transaction "
+                    "given up (%s): run `streams-app txn hanging` to see whether one holds its "
+                    "last stable offset",
+                    topic,
+                    index,
+                    why,
                 )
-                return {}
-            left: dict[tuple[str, int], ProducerState] = {}
-            for tp, producers in states.items():
-                for state in producers:
-                    if (
-                        state.producer_id == producer_id
-                        and state.producer_epoch == producer_epoch
-                        and state.has_open_transaction
-                    ):
-                        left[tp] = state
-            for tp, state in sorted(left.items()):
+            for entry, tp in where.items():
+                if tp in answer.unanswered:
+                    check.unanswered[entry] = answer.unanswered[tp]
+                    continue
+                state = _open_by(answer.states.get(tp, ()), entry)
+                if state is None:
+                    continue
                 try:
                     await admin.abort_transaction(
                         tp,
-                        producer_id=producer_id,
+                        producer_id=entry.producer_id,
                         producer_epoch=state.producer_epoch,
                         coordinator_epoch=state.coordinator_epoch,
                     )
+                except OpsAdminUnanswered as exc:
+                    check.unanswered[entry] = str(exc)
+                    continue
                 except (OpsAdminError, aerrors.KafkaError) as exc:
                     raise TransactionLeftOpenError(
-                        f"the transaction this worker gave up (producer id {producer_id}, epoch "
-                        f"{producer_epoch}) is still open on {tp[0]}[{tp[1]}] from offset "
-                        f"{state.current_txn_start_offset}, and aborting it failed ({exc}). "
-                        "Going on would let the next commit commit its records. Stopping. Fix: "
-                        "abort it with `streams-app txn hanging --abort` (or grant this worker "
-                        "CLUSTER_ACTION), then restart"
+                        f"the transaction this worker gave up (producer id {entry.producer_id}, "
+                        f"epoch {entry.producer_epoch}) is still open on {tp[0]}[{tp[1]}] from "
+                        f"offset {state.current_txn_start_offset}, and aborting it failed "
+                        f"({exc}). Going on would let the next commit commit its records. "
+                        "Stopping. Fix: abort it with `streams-app txn hanging --abort` (or "
+                        "grant this worker CLUSTER_ACTION), then restart"
                     ) from exc
-            return {TopicPartition(*tp): s.current_txn_start_offset for tp, s in left.items()}
+                check.aborted[entry] = state.current_txn_start_offset
+            return check
         finally:
             await admin.close()
 
@@ -1079,3 +1090,38 @@ class KafkaAdminClient:
             return await self._a.open_transactions(prefix)
         except aerrors.KafkaError as exc:
             raise TransportError(f"listing open transactions failed: {exc!r}") from exc
+
+
+def _open_by(states: Iterable[ProducerState], entry: LeftOpen) -> ProducerState | None:
+    """The entry's transaction, if the partition's leader shows it still open."""
+    for state in states:
+        if (
+            state.producer_id == entry.producer_id
+            and state.producer_epoch == entry.producer_epoch
+            and state.has_open_transaction
+        ):
+            return state
+    return None
+
+
+async def _where(
+    admin: OpsAdmin, entries: Sequence[LeftOpen], check: LeftOpenCheck
+) -> dict[LeftOpen, tuple[str, int]]:
+    """The partition to ask for each entry: its own, or its group's ``__consumer_offsets``
+    partition. A group's that cannot be found yet is unanswered; where the topic cannot be
+    described (no permission) or does not exist, nothing can be checked: dropped, warned."""
+    where: dict[LeftOpen, tuple[str, int]] = {}
+    for entry in entries:
+        if entry.group is None:
+            where[entry] = (entry.tp[0], entry.tp[1])
+            continue
+        try:
+            count = len(await admin.partitions(CONSUMER_OFFSETS))
+        except OpsAdminError as exc:
+            log.warning("could not check the offsets of group %r (%s)", entry.group, exc)
+            continue
+        except aerrors.KafkaError as exc:
+            check.unanswered[entry] = f"{CONSUMER_OFFSETS} unknown ({type(exc).__name__})"
+            continue
+        where[entry] = (CONSUMER_OFFSETS, coordinator_partition(entry.group, count))
+    return where

@@ -14,7 +14,8 @@ ABORT; report-outdup.md).
 
 Here the same broker behaviour is made exact on a real three-node cluster: the partition's
 only replica is on a node that is killed, so it has no leader when the coordinator times the
-transaction out.
+transaction out; the node comes back before the producer is recreated, or only after (then the
+partition cannot be checked at first, and must be asked again).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
+import pytest
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
 from streams_app import App
@@ -31,7 +33,8 @@ from streams_app.kafka.ops_admin import OpsAdmin
 from streams_app.readback import read_topics
 from streams_app.runtime.guarantees import producer_config
 from streams_app.runtime.producer import StreamsProducer
-from streams_app.transport.base import TopicSpec
+from streams_app.transport.base import GroupMetadata, TopicPartition, TopicSpec
+from streams_app.transport.errors import TransactionTimedOutError
 from tests.kafka.helpers import create_topics
 from tests.runtime.helpers import wait_until
 
@@ -46,76 +49,153 @@ async def _leader(admin: OpsAdmin, topic: str, partition: int) -> int:
     return -1 if leader is None else int(leader)
 
 
-async def test_a_transaction_left_open_by_a_skipped_marker_is_aborted_before_the_next(
-    kafka_cluster: EmbeddedKafka, unique: str
-) -> None:
-    kafka = kafka_cluster
-    bootstrap = kafka.bootstrap_servers
-    loop = asyncio.get_running_loop()
-    topic = f"skipped-{unique}"
-    # One replica per partition: a partition whose node is down has no leader.
-    await create_topics(bootstrap, TopicSpec(topic, 3, 1))
-    app = App(f"skipped-{unique}", broker=bootstrap)
-    config = dataclasses.replace(
-        producer_config(app.conf, unique), transaction_timeout_ms=TIMEOUT_MS
-    )
-    tid = config.transactional_id
-    assert tid is not None
-    producer = StreamsProducer(app.transport(), config)
-    await producer.start()
-    admin = await OpsAdmin(bootstrap).start()
-    try:
+class _Scene:
+    """A producer whose transaction was given up while its partition's only node was down."""
+
+    def __init__(self, kafka: EmbeddedKafka, unique: str) -> None:
+        self.kafka = kafka
+        self.bootstrap = kafka.bootstrap_servers
+        self.topic = f"skipped-{unique}"
+        app = App(f"skipped-{unique}", broker=self.bootstrap)
+        config = dataclasses.replace(
+            producer_config(app.conf, unique), transaction_timeout_ms=TIMEOUT_MS
+        )
+        assert config.transactional_id is not None
+        self.tid = config.transactional_id
+        self.producer = StreamsProducer(app.transport(), config)
+        self.partition = self.node = self.pid = self.epoch = -1
+        self.admin: OpsAdmin
+
+    async def open(self) -> None:
+        # One replica per partition: a partition whose node is down has no leader.
+        await create_topics(self.bootstrap, TopicSpec(self.topic, 3, 1))
+        await self.producer.start()
+        self.admin = await OpsAdmin(self.bootstrap).start()
+
+    async def close(self) -> None:
+        await self.admin.close()
+        await self.producer.stop()
+
+    async def leave_open(self) -> None:
+        """A record in the open transaction; its node killed; the coordinator times the
+        transaction out while the partition has no leader. The node stays down."""
+        admin, producer, tid = self.admin, self.producer, self.tid
         coordinator = (await admin.describe_transactions([tid]))[tid]
         assert coordinator is not None
         # A partition led by a node that is not the transaction coordinator.
-        leaders = {p: await _leader(admin, topic, p) for p in range(3)}
-        partition, node = next(
+        leaders = {p: await _leader(admin, self.topic, p) for p in range(3)}
+        self.partition, self.node = next(
             (p, leader) for p, leader in leaders.items() if leader != coordinator.coordinator_id
         )
         await producer.maybe_begin()
-        await producer.send(topic, key=b"k", value=b"given up", partition=partition)
+        await producer.send(self.topic, key=b"k", value=b"given up", partition=self.partition)
         await producer.flush_and_check()  # in the partition's log, in the open transaction
-        pid, epoch = producer.client.producer_identity()  # type: ignore[attr-defined]
+        self.pid, self.epoch = producer.client.producer_identity()  # type: ignore[attr-defined]
+        await asyncio.get_running_loop().run_in_executor(None, self.kafka.kill_node, self.node)
 
-        await loop.run_in_executor(None, kafka.kill_node, node)
-        try:
+        async def leaderless() -> bool:
+            return await _leader(admin, self.topic, self.partition) < 0
 
-            async def leaderless() -> bool:
-                return await _leader(admin, topic, partition) < 0
+        await wait_until(leaderless, timeout=60, interval=0.2)
 
-            await wait_until(leaderless, timeout=60, interval=0.2)
+        async def timed_out() -> bool:
+            found = (await admin.describe_transactions([tid]))[tid]
+            return found is not None and found.state in ("CompleteAbort", "Empty")
 
-            async def timed_out() -> bool:
-                found = (await admin.describe_transactions([tid]))[tid]
-                return found is not None and found.state in ("CompleteAbort", "Empty")
+        # The coordinator times the transaction out and completes it at once: the marker of
+        # the leaderless partition is skipped (with a marker pending it would stay
+        # PrepareAbort until the node is back, and this would time out).
+        await wait_until(timed_out, timeout=60, interval=0.2)
 
-            # The coordinator times the transaction out and completes it at once: the marker of
-            # the leaderless partition is skipped (with a marker pending it would stay
-            # PrepareAbort until the node is back, and this would time out).
-            await wait_until(timed_out, timeout=60, interval=0.2)
-        finally:
-            await loop.run_in_executor(None, kafka.start_node, node)
+    async def restart_node(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.kafka.start_node, self.node)
 
         async def led() -> bool:
-            return await _leader(admin, topic, partition) >= 0
+            return await _leader(self.admin, self.topic, self.partition) >= 0
 
         await wait_until(led, timeout=60, interval=0.2)
-        states = (await admin.describe_producers([(topic, partition)]))[(topic, partition)]
-        left_open = [s for s in states if s.producer_id == pid and s.has_open_transaction]
-        assert left_open and left_open[0].producer_epoch == epoch, (
+
+    async def assert_left_open(self) -> None:
+        tp = (self.topic, self.partition)
+        states = (await self.admin.describe_producers([tp]))[tp]
+        left_open = [s for s in states if s.producer_id == self.pid and s.has_open_transaction]
+        assert left_open and left_open[0].producer_epoch == self.epoch, (
             "the broker wrote the abort marker this time: the fault under test did not happen "
             f"({states})"
         )
 
-        # What the worker does after the transaction failed: a new producer, the same inputs
-        # again, the same partition.
-        await producer.recreate()
-        assert producer.left_open_aborted == 1
+    async def process_again(self) -> list[bytes | None]:
+        """What the worker does after the recreate: the same input again, the same partition,
+        committed; returns what read_committed shows in the partition."""
+        producer = self.producer
         await producer.maybe_begin()
-        await producer.send(topic, key=b"k", value=b"processed again", partition=partition)
+        await producer.send(
+            self.topic, key=b"k", value=b"processed again", partition=self.partition
+        )
         await producer.commit({}, None)
+        read = await read_topics(
+            self.bootstrap, [self.topic], partitions={self.topic: [self.partition]}
+        )
+        return [r.value for r in read[self.topic]]
+
+
+async def test_a_transaction_left_open_by_a_skipped_marker_is_aborted_before_the_next(
+    kafka_cluster: EmbeddedKafka, unique: str
+) -> None:
+    scene = _Scene(kafka_cluster, unique)
+    await scene.open()
+    try:
+        try:
+            await scene.leave_open()
+        finally:
+            await scene.restart_node()
+        await scene.assert_left_open()
+        # What the worker does after the transaction failed: a new producer, then the same
+        # inputs again.
+        await scene.producer.recreate()
+        assert scene.producer.left_open_aborted == 1
+        assert await scene.process_again() == [b"processed again"]
     finally:
-        await admin.close()
-        await producer.stop()
-    records = (await read_topics(bootstrap, [topic], partitions={topic: [partition]}))[topic]
-    assert [r.value for r in records] == [b"processed again"]
+        await scene.close()
+
+
+async def test_a_partition_still_leaderless_at_the_recreate_is_checked_once_it_is_back(
+    kafka_cluster: EmbeddedKafka, unique: str
+) -> None:
+    """The production shape: the partition's broker is still down when the worker recreates
+    its producer, and comes back later. Its partition cannot answer the check then; the new
+    producer takes no send until it has, and the records left open are aborted when it does
+    (before: the check gave up after a few seconds, and the next commit committed them)."""
+    scene = _Scene(kafka_cluster, unique)
+    await scene.open()
+    restarted = False
+    try:
+        await scene.leave_open()
+        producer = scene.producer
+        # The worker's commit after the timeout: it sends its offsets first, and is told the
+        # transaction is over. Its group's __consumer_offsets partition is checked too.
+        group = GroupMetadata(f"skipped-{unique}", 1, "member-1")
+        with pytest.raises(TransactionTimedOutError):
+            await producer.commit({TopicPartition(scene.topic, scene.partition): 1}, group)
+        producer.left_open_deadline = 180  # the node's restart, on a loaded machine
+        recreating = asyncio.create_task(producer.recreate())
+        try:
+            # A round of the check found the partition without a leader: still recreating.
+            await wait_until(lambda: producer.left_open_checks >= 2, timeout=60, interval=0.1)
+            assert not recreating.done()
+            assert [e.tp.partition for e in producer.unchecked_left_open] == [scene.partition]
+            with pytest.raises(RuntimeError, match="not started"):
+                producer.client  # noqa: B018 - the new producer is not published meanwhile
+            await scene.restart_node()
+            restarted = True
+            await asyncio.wait_for(recreating, timeout=120)
+        finally:
+            if not recreating.done():
+                recreating.cancel()
+        assert producer.left_open_aborted == 1
+        assert producer.unchecked_left_open == []
+        assert await scene.process_again() == [b"processed again"]
+    finally:
+        if not restarted:
+            await scene.restart_node()
+        await scene.close()

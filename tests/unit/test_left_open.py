@@ -2,32 +2,60 @@
 
 Unit test of our own bookkeeping, on the recording fake of test_commit_order: a transaction
 given up before its EndTxn(commit) went out is a known abort, so its partitions are checked
-(and what is open there aborted) once the new producer has started; one whose EndTxn went out
-may have committed and is left alone. That the broker really leaves such records open, and that
-the abort keeps them out of the next commit, is tested on the real cluster in
+(and what is open there aborted) before the new producer takes sends; one whose EndTxn went out
+may have committed and is left alone. A partition that gives no answer (no leader: the very
+case in which the broker skips the marker) stays unchecked, with the producer id and epoch that
+wrote it, and is asked again until it answers; past the deadline the worker stops, and no
+transaction begins while it is unchecked. That the broker really leaves such records open, and
+that the abort keeps them out of the next commit, is tested on the real cluster in
 tests/runtime/test_skipped_marker.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import asyncio
+from collections.abc import Callable, Collection
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from streams_app.runtime import producer as producer_module
+from streams_app.runtime.commit import Committer
 from streams_app.runtime.producer import StreamsProducer
-from streams_app.transport.base import GroupMetadata, ProducerConfig, TopicPartition
-from streams_app.transport.errors import CommitOutcomeUnknownError, TransportError
+from streams_app.runtime.worker.rebalance import RebalanceListener
+from streams_app.transport.base import (
+    GROUP_OFFSETS,
+    GroupMetadata,
+    LeftOpen,
+    LeftOpenCheck,
+    ProducerConfig,
+    TopicPartition,
+)
+from streams_app.transport.errors import (
+    CommitFailedError,
+    CommitOutcomeUnknownError,
+    SendFailedError,
+    TransactionLeftOpenError,
+    TransportError,
+)
+from streams_app.transport.kafka import _where
 from tests.unit.test_commit_order import RecordingClient, RecordingTransport
 
 GROUP = GroupMetadata("g", 3, "member-1")
+OUT1, OUT2 = TopicPartition("out", 1), TopicPartition("out", 2)
 
 
 class _Client(RecordingClient):
-    """Also a LeftoverAbortingProducerClient: each start is the next epoch of producer id 7."""
+    """Also a LeftoverAbortingProducerClient: each start is the next epoch of producer id 7.
+
+    ``answer`` decides each round: by default every entry answers, and out[1] was open."""
 
     epochs = 0
-    checked: list[tuple[list[TopicPartition], int, int]] = []
+    checked: list[list[LeftOpen]] = []
     fail_end_txn = False
+    fail_offsets = False
+    answer: Callable[[list[LeftOpen]], Any] | None = None
 
     async def start(self) -> None:
         await super().start()
@@ -38,10 +66,19 @@ class _Client(RecordingClient):
         return 7, self.epoch
 
     async def abort_left_open(
-        self, partitions: Collection[TopicPartition], producer_id: int, producer_epoch: int
-    ) -> dict[TopicPartition, int]:
-        _Client.checked.append((sorted(partitions), producer_id, producer_epoch))
-        return {TopicPartition("out", 1): 40}
+        self, left: Collection[LeftOpen], *, request_timeout_ms: int
+    ) -> LeftOpenCheck:
+        entries = sorted(left)
+        _Client.checked.append(entries)
+        if _Client.answer is not None:
+            answered = _Client.answer(entries)
+            return await answered if asyncio.iscoroutine(answered) else answered
+        return LeftOpenCheck(aborted={e: 40 for e in entries if e.tp == OUT1})
+
+    async def send_offsets_to_transaction(self, *args: Any, **kwargs: Any) -> None:
+        await super().send_offsets_to_transaction(*args, **kwargs)
+        if _Client.fail_offsets:
+            raise TransportError("no answer to TxnOffsetCommit (injected)")
 
     async def commit_transaction(self) -> None:
         await super().commit_transaction()
@@ -55,8 +92,11 @@ class _Transport(RecordingTransport):
 
 
 @pytest.fixture
-async def producer() -> StreamsProducer:
-    _Client.epochs, _Client.checked, _Client.fail_end_txn = 0, [], False
+async def producer(monkeypatch: pytest.MonkeyPatch) -> StreamsProducer:
+    _Client.epochs, _Client.checked, _Client.answer = 0, [], None
+    _Client.fail_end_txn = _Client.fail_offsets = False
+    monkeypatch.setattr(producer_module, "LEFT_OPEN_FIRST_BACKOFF_S", 0.01)
+    monkeypatch.setattr(producer_module, "LEFT_OPEN_MAX_BACKOFF_S", 0.02)
     made = StreamsProducer(_Transport(), ProducerConfig(transactional_id="tx"))  # type: ignore[arg-type]
     await made.start()
     return made
@@ -75,9 +115,9 @@ async def test_a_transaction_given_up_before_its_end_txn_is_checked_where_it_wro
     await producer.recreate()  # a send or the offsets failed: the transaction is given up
     # The partitions it wrote, under the producer id and epoch it wrote them with (epoch 1),
     # asked once the new producer (epoch 2) has started.
-    out = [TopicPartition("out", 1), TopicPartition("out", 2)]
-    assert _Client.checked == [(out, 7, 1)]
+    assert _Client.checked == [[LeftOpen(OUT1, 7, 1), LeftOpen(OUT2, 7, 1)]]
     assert producer.left_open_aborted == 1
+    assert producer.unchecked_left_open == []
     await producer.recreate()  # nothing written since: nothing to check
     assert len(_Client.checked) == 1
 
@@ -102,3 +142,168 @@ async def test_committed_or_aborted_transactions_leave_nothing_to_check(
     await producer.abort()  # answered: the coordinator ends it
     await producer.recreate()
     assert _Client.checked == []
+
+
+async def test_a_partition_without_an_answer_is_asked_again_and_the_others_count(
+    producer: StreamsProducer,
+) -> None:
+    """out[1] has no leader for two rounds; out[2]'s answer (nothing open) is kept meanwhile,
+    and the new producer takes no send until out[1] answered (it was open: aborted)."""
+    published_during_check: list[bool] = []
+
+    def answer(entries: list[LeftOpen]) -> LeftOpenCheck:
+        try:
+            producer.client  # noqa: B018 - is a client published yet?
+            published_during_check.append(True)
+        except RuntimeError:
+            published_during_check.append(False)
+        if len(_Client.checked) <= 2:
+            return LeftOpenCheck(unanswered={e: "no leader" for e in entries if e.tp == OUT1})
+        return LeftOpenCheck(aborted={e: 40 for e in entries})
+
+    _Client.answer = answer
+    await _write(producer)
+    await producer.recreate()
+    assert _Client.checked == [
+        [LeftOpen(OUT1, 7, 1), LeftOpen(OUT2, 7, 1)],
+        [LeftOpen(OUT1, 7, 1)],
+        [LeftOpen(OUT1, 7, 1)],
+    ]
+    assert producer.left_open_aborted == 1
+    assert published_during_check == [False, False, False]
+    await producer.maybe_begin()  # everything answered: transactions begin again
+    assert producer.in_transaction
+
+
+async def test_past_the_deadline_the_worker_stops_and_nothing_begins_until_answered(
+    producer: StreamsProducer,
+) -> None:
+    _Client.answer = lambda entries: LeftOpenCheck(
+        unanswered={e: "no leader" for e in entries if e.tp == OUT1}
+    )
+    producer.left_open_deadline = 0.2
+    await _write(producer)
+    with pytest.raises(TransactionLeftOpenError, match=r"out\[1\].*txn hanging --abort"):
+        await producer.recreate()
+    assert producer.unchecked_left_open == [LeftOpen(OUT1, 7, 1)]
+    with pytest.raises(TransactionLeftOpenError):  # whoever goes on regardless
+        await producer.maybe_begin()
+
+    # A later recreate asks again, the entry kept with the epoch that wrote it (1), merged
+    # with what a transaction given up since left (none here: it could not begin).
+    _Client.answer = None
+    await producer.recreate()
+    assert _Client.checked[-1] == [LeftOpen(OUT1, 7, 1)]
+    assert producer.unchecked_left_open == []
+    await producer.maybe_begin()
+
+
+async def test_a_round_cut_short_by_the_deadline_is_not_an_answer(
+    producer: StreamsProducer,
+) -> None:
+    async def never(entries: list[LeftOpen]) -> LeftOpenCheck:
+        await asyncio.Event().wait()  # a leader that is set but does not answer
+        raise AssertionError
+
+    _Client.answer = never
+    producer.left_open_deadline = 0.2
+    await _write(producer)
+    with pytest.raises(TransactionLeftOpenError, match="no answer before the deadline"):
+        await producer.recreate()
+    assert producer.unchecked_left_open == [LeftOpen(OUT1, 7, 1), LeftOpen(OUT2, 7, 1)]
+
+
+async def test_the_offsets_of_a_transaction_given_up_are_checked_in_its_groups_partition(
+    producer: StreamsProducer,
+) -> None:
+    """The TxnOffsetCommit may be in the log though the call failed (a lost answer): its
+    group's ``__consumer_offsets`` partition is checked too (review 2.3)."""
+    await _write(producer)
+    _Client.fail_offsets = True
+    with pytest.raises(TransportError):
+        await producer.commit({TopicPartition("in", 0): 5}, GROUP)
+    await producer.recreate()
+    assert _Client.checked[0] == [
+        LeftOpen(GROUP_OFFSETS, 7, 1, "g"),
+        LeftOpen(OUT1, 7, 1),
+        LeftOpen(OUT2, 7, 1),
+    ]
+
+
+async def test_a_groups_offsets_partition_is_where_its_coordinator_logs_it() -> None:
+    class _Admin:
+        async def partitions(self, topic: str) -> list[int]:
+            assert topic == "__consumer_offsets"
+            return list(range(50))
+
+    entries = [LeftOpen(OUT1, 7, 1), LeftOpen(GROUP_OFFSETS, 7, 1, "hello")]
+    where = await _where(_Admin(), entries, LeftOpenCheck())  # type: ignore[arg-type]
+    # Kafka's Utils.abs("hello".hashCode()) % 50 (test_ops_decoding has the hash itself).
+    assert where == {entries[0]: ("out", 1), entries[1]: ("__consumer_offsets", 99162322 % 50)}
+
+
+# -- the generic handlers let TransactionLeftOpenError through ----------------------------
+
+
+class _LeftOpenProducer:
+    """A producer whose abort and recreate raise what recreate's check raises."""
+
+    def __init__(self) -> None:
+        self.recreates = 0
+
+    async def abort(self) -> None:
+        raise TransactionLeftOpenError("out[1] may still be open (injected)")
+
+    async def recreate(self) -> None:
+        self.recreates += 1
+
+
+async def test_task_migrated_does_not_swallow_a_transaction_left_open() -> None:
+    producer = _LeftOpenProducer()
+    tasks = SimpleNamespace(close_all=lambda: None, tasks={})
+    committer = Committer(
+        "exactly_once",
+        producer,  # type: ignore[arg-type]
+        SimpleNamespace(),  # type: ignore[arg-type]
+        tasks,  # type: ignore[arg-type]
+        lambda name: name,
+        lambda: None,
+        SimpleNamespace(monotonic=lambda: 0.0),  # type: ignore[arg-type]
+    )
+    with pytest.raises(TransactionLeftOpenError):
+        await committer.task_migrated(CommitFailedError("the commit failed (injected)"))
+    assert producer.recreates == 0  # a second recreate would have gone on regardless
+
+
+async def test_revocation_does_not_swallow_a_transaction_left_open() -> None:
+    producer = _LeftOpenProducer()
+
+    async def commit() -> None:
+        raise SendFailedError("a send failed (injected)")
+
+    async def abort(*, recreate_producer: bool = False) -> None:
+        await producer.abort()
+
+    async def nothing(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    signal = SimpleNamespace(send=nothing)
+    worker = SimpleNamespace(
+        rebalancing=False,
+        app=SimpleNamespace(on_rebalance_start=signal, on_partitions_revoked=signal),
+        lock=asyncio.Lock(),
+        runner=SimpleNamespace(all_idle=lambda: True, restart=nothing),
+        timers=SimpleNamespace(busy=False),
+        collector=SimpleNamespace(flush_soon=nothing),
+    )
+    parts = SimpleNamespace(
+        committer=SimpleNamespace(commit=commit, abort=abort, group=GROUP),
+        failures=SimpleNamespace(stop_processing=nothing),
+        producer=producer,
+        tasks=SimpleNamespace(close_all=lambda: None),
+        dead_letters=SimpleNamespace(aborted=lambda: None),
+    )
+    listener = RebalanceListener(worker, parts)  # type: ignore[arg-type]
+    with pytest.raises(TransactionLeftOpenError):
+        await listener.on_partitions_revoked({TopicPartition("in", 0)})
+    assert producer.recreates == 0

@@ -10,6 +10,7 @@ import pytest
 from aiokafka.protocol.api import RequestHeader_v2
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from streams_app.kafka.placement import coordinator_partition, java_string_hash
 from streams_app.kafka.txn_protocol import (
     AbortMarkerRequest,
     DescribeProducersResponse_v0,
@@ -19,7 +20,7 @@ from streams_app.kafka.txn_protocol import (
 )
 from streams_app.ops.records import CorruptBatchError, parse_batches
 from streams_app.ops.render import duration, parse_duration, partitions
-from streams_app.ops.txnlog import coordinator_partition, decode_entry, java_string_hash
+from streams_app.ops.txnlog import decode_entry
 
 
 def built_batch(*, transactional: bool = True, compression: int = 0, sequence: int = 5) -> bytes:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from streams_app.runtime.commit import PRODUCER_BROKEN
 from streams_app.runtime.stream_time import decode_metadata
 from streams_app.transport.base import TopicPartition
+from streams_app.transport.errors import TransactionLeftOpenError
 
 if TYPE_CHECKING:
     from streams_app.runtime.worker.root import Worker
@@ -58,6 +59,8 @@ class RebalanceListener:
                         stop_agents=not quiet, assignment_ends=True
                     )
                     await committer.abort(recreate_producer=isinstance(exc, PRODUCER_BROKEN))
+                except TransactionLeftOpenError:
+                    raise  # records given up may be open: the worker stops (StreamsProducer)
                 except Exception:
                     await parts.producer.recreate()
                 if not quiet:
