@@ -141,7 +141,10 @@ class Replicas:
             consumer = self.transport.consumer(guarantees.standby_consumer_config(self.conf))
             await consumer.start()
             self.updater = StandbyUpdater(
-                consumer, self.admin, caught_up_lag=self.conf.acceptable_recovery_lag
+                consumer,
+                self.admin,
+                caught_up_lag=self.conf.acceptable_recovery_lag,
+                accept=self.tasks.source_filters,
             )
             self.updater.start()
         self.updater.update(standbys)

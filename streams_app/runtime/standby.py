@@ -42,7 +42,7 @@ from typing import Any
 from streams_app.aio import cancel_and_wait
 from streams_app.runtime.task import TaskId
 from streams_app.state.base import StorePartition
-from streams_app.state.restore import ChangelogOffsets, resume_offset
+from streams_app.state.restore import Accept, ChangelogOffsets, resume_offset
 from streams_app.transport.base import ConsumerClient, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,10 @@ class StandbyUpdater:
 
     ``consumer`` is a started ``read_committed`` consumer in no group, used by nothing else;
     ``admin`` gives the changelogs' beginning and end offsets (to check a store's offset is
-    still inside the changelog before resuming from it, as restore does).
+    still inside the changelog before resuming from it, as restore does). ``accept`` maps the
+    source topic of each table whose changelog is that topic to what processing stores of its
+    records (``TaskManager.source_filters``): a standby applies such a record as restore does,
+    re-encoded, or not at all where processing dead-letters it.
     """
 
     def __init__(
@@ -123,6 +126,7 @@ class StandbyUpdater:
         max_records: int = 10_000,
         caught_up_lag: int = 10_000,
         lag_interval: float = 2.0,
+        accept: Mapping[str, Accept] | None = None,
     ) -> None:
         self.consumer = consumer
         self.admin = admin
@@ -132,6 +136,7 @@ class StandbyUpdater:
         self.caught_up_lag = caught_up_lag
         #: Seconds between measurements of the standbys' lags (one ListOffsets each).
         self.lag_interval = lag_interval
+        self.accept = dict(accept or {})
         self._lags_measured = 0.0
         self.tasks: dict[TaskId, StandbyTask] = {}
         self._parts: dict[TopicPartition, StorePartition] = {}
@@ -288,6 +293,7 @@ class StandbyUpdater:
         if part is None or not records:
             return  # no longer a standby here: its store belongs to an active task now
         stored = part.changelog_offset
+        accept = self.accept.get(tp.topic)
         batch: dict[bytes, bytes | None] = {}
         applied = 0
         for record in records:
@@ -296,7 +302,15 @@ class StandbyUpdater:
             key = record.key
             if key is None:
                 continue
-            batch[key] = record.value
+            if accept is not None:
+                # A source topic serving as changelog: what processing stored, as restore.
+                kept = accept(record)
+                if kept is None:
+                    continue  # processing dead-letters it: it changed nothing
+                key, value = kept
+            else:
+                value = record.value
+            batch[key] = value
             applied += 1
         end = records[-1].offset + 1
         if stored is None or end > stored:

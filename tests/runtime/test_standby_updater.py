@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
+import streams_app
+from streams_app.runtime.joins.sources import restore_filter
 from streams_app.runtime.standby import StandbyTask, StandbyUpdater
 from streams_app.runtime.task import TaskId
 from streams_app.state import RocksDBStore
+from streams_app.state.restore import restore_partitions
 from streams_app.transport.base import TopicPartition
 from tests.runtime.helpers import wait_until
 from tests.state.test_restore import Changelog, Offsets, RestoreConsumer, create_topic
@@ -93,3 +96,75 @@ async def test_a_standby_applies_committed_transactions_only_and_stops_writing_w
         await writer.producer.stop()
         await other.producer.stop()
         store.close()
+
+
+async def test_a_standby_of_a_table_built_from_a_topic_stores_what_processing_and_restore_do(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    """The table's changelog is its source topic: the standby applies each record as restore
+    does (``TaskManager.source_filters``), so a record processing dead-letters changes nothing
+    and a JSON key written with other spacing is the same row. Before, the standby stored the
+    topic's raw bytes: an undecodable value in the table, and one row per key spelling."""
+    topic = f"standby-source-{unique}"
+    await create_topic(bootstrap_servers, topic)
+    app = streams_app.App(f"standby-source-{unique}", broker=f"kafka://{bootstrap_servers}")
+    source = app.topic(
+        topic,
+        key_serializer="json",
+        value_serializer="json",
+        config={"cleanup.policy": "compact"},
+    )
+    table = app.Table("customers", source=source)
+    assert table.changelog_is_source
+    accept = restore_filter(table)
+    writer = Changelog(bootstrap_servers, topic, f"standby-source-{unique}")
+    await writer.producer.start()
+    consumer, offsets = RestoreConsumer(bootstrap_servers), Offsets(bootstrap_servers)
+    restorer = RestoreConsumer(bootstrap_servers)
+    for started in (consumer.consumer, offsets.consumer, restorer.consumer):
+        await started.start()
+    updater = StandbyUpdater(consumer, offsets, accept={topic: accept})  # type: ignore[arg-type]
+    updater.start()
+    standby_store = RocksDBStore("customers", tmp_path / "standby")
+    restored_store = RocksDBStore("customers", tmp_path / "restored")
+    try:
+        await writer.transaction(
+            [
+                (b'{"id": 1}', b'{"name": "anna"}'),  # the key spelled with a space
+                (b'{"id":1}', b'{"name": "bea"}'),  # the same key: overwrites it
+                (b'{"id":2}', b'{"name": "carl"}'),
+                (b'{"id":2}', b"not json"),  # dead-lettered by processing: changes nothing
+                (b'{"id": 3}', b"\xff"),  # never a table row
+            ],
+            commit=True,
+        )  # offsets 0-4, marker 5
+        tp = TopicPartition(topic, 0)
+        standby = standby_store.partition(0)
+        updater.update({TaskId(0, 0): StandbyTask(TaskId(0, 0), {tp: standby})})
+        await wait_until(lambda: standby.changelog_offset == 6, timeout=30)
+        expected = {b'{"id":1}': b'{"name":"bea"}', b'{"id":2}': b'{"name":"carl"}'}
+        assert dict(standby.items()) == expected
+        assert updater.tasks[TaskId(0, 0)].applied == 3
+
+        # Restore (a task with the topic committed to its end) stores the same.
+        restored = restored_store.partition(0)
+        await restore_partitions(
+            {tp: restored}, restorer, offsets, limits={tp: 6}, accept={tp: accept}
+        )  # type: ignore[arg-type]
+        assert restored.changelog_offset == 6
+        assert dict(restored.items()) == expected
+
+        # Promotion: the task restores from the standby's store, which it keeps as it is.
+        updater.update({})
+        results = await restore_partitions(
+            {tp: standby}, restorer, offsets, limits={tp: 6}, accept={tp: accept}
+        )  # type: ignore[arg-type]
+        assert not results[tp].wiped and not results[tp].read_anything
+        assert dict(standby.items()) == expected
+    finally:
+        await updater.stop()  # stops its consumer too
+        for stopped in (offsets.consumer, restorer.consumer):
+            await stopped.stop()
+        await writer.producer.stop()
+        standby_store.close()
+        restored_store.close()
