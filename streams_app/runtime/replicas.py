@@ -141,10 +141,10 @@ class Replicas:
         if self.updater is None:
             if not standbys:
                 return
-            consumer = self.transport.consumer(guarantees.standby_consumer_config(self.conf))
-            await consumer.start()
+            reader = self.transport.consumer(guarantees.standby_consumer_config(self.conf))
+            await reader.start()
             self.updater = StandbyUpdater(
-                consumer,
+                reader,
                 self.admin,
                 caught_up_lag=self.conf.acceptable_recovery_lag,
                 accept=self.tasks.source_filters,

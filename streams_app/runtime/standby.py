@@ -156,6 +156,7 @@ class StandbyUpdater:
         #: Source partitions serving as changelogs -> the group's committed offset, as last read.
         self._limits: dict[TopicPartition, int] = {}
         self._limits_read = 0.0
+        self._limits_failing = False
         #: Source partitions paused at their limit.
         self._paused: set[TopicPartition] = set()
         self._lags_measured = 0.0
@@ -389,8 +390,16 @@ class StandbyUpdater:
         try:
             found = await committed(sources)
         except Exception as exc:
-            log.debug("standby: reading committed offsets failed (%s: %s)", type(exc).__name__, exc)
+            # Once per run of failures: the standbys concerned hold where they are meanwhile.
+            (log.debug if self._limits_failing else log.warning)(
+                "standby: reading the group's committed offsets failed (%s: %s); standbys of "
+                "tables built from topics hold at their last limits until a reading succeeds",
+                type(exc).__name__,
+                exc,
+            )
+            self._limits_failing = True
             return
+        self._limits_failing = False
         if parts is not self._parts:
             return  # the standby set changed meanwhile: the next reading is for the new one
         self._limits.update((tp, offset or 0) for tp, offset in found.items() if tp in parts)
