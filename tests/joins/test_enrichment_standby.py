@@ -15,15 +15,19 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from streams_app.readback import read_topics
 from streams_app.testing.workers import WorkerProcess
-from tests.runtime.helpers import KafkaObserver, wait_until
-from tests.runtime.test_standby import assignment, last_assignment
+from tests.runtime.helpers import KafkaObserver, app_workers, wait_until
+from tests.runtime.test_standby import (
+    assignment,
+    last_assignment,
+    restores,
+    start_with_standbys,
+)
 from tests.windows.test_vs_kafka_streams import create_topics
 
 pytestmark = pytest.mark.kafka
@@ -53,15 +57,6 @@ async def standby_offsets(worker: WorkerProcess, topic: str) -> dict[int, int | 
     }
 
 
-async def customer_restores(worker: WorkerProcess) -> dict[int, dict[str, Any] | None]:
-    return {
-        table["partition"]: table["restored"]
-        for task in (await assignment(worker))["tasks"]
-        for table in task["tables"]
-        if table["table"] == "customers"
-    }
-
-
 async def test_a_promoted_standby_of_a_table_built_from_a_topic_holds_what_processing_stored(
     bootstrap_servers: str, unique: str, tmp_path: Path
 ) -> None:
@@ -77,23 +72,12 @@ async def test_a_promoted_standby_of_a_table_built_from_a_topic_holds_what_proce
         "STREAMS_APP_TABLE_STANDBY_REPLICAS": "1",
         "TEST_SUFFIX": unique,
     }
-    leaving, staying = (
-        WorkerProcess(
-            "tests.joins.enrichment_app",
-            state_dir=tmp_path / name,
-            log_path=tmp_path / f"{name}.log",
-            env=env,
-            name=name,
-        )
-        for name in ("leaving", "staying")
+    leaving, staying = app_workers(
+        "tests.joins.enrichment_app", tmp_path, env, "leaving", "staying"
     )
     async with KafkaObserver(bootstrap_servers) as observer:
         try:
-            leaving.start()
-            await asyncio.to_thread(leaving.wait_assigned)
-            staying.start()
-            await asyncio.to_thread(staying.wait_for_log, "standby tasks: ", 60)
-            await asyncio.to_thread(leaving.wait_for_log, "standby tasks: ", 60)
+            await start_with_standbys(leaving, staying)
             await wait_until(
                 lambda: observer.committed_equals_end(group, customers), timeout=120, interval=0.2
             )
@@ -117,11 +101,11 @@ async def test_a_promoted_standby_of_a_table_built_from_a_topic_holds_what_proce
             await wait_until(lambda: last_assignment(staying) == {0, 1}, timeout=60)
 
             async def took_over() -> bool:  # its restores done (the task is running)
-                found = await customer_restores(staying)
+                found = await restores(staying, "customers")
                 return all(found.get(p) is not None for p in moved)
 
             await wait_until(took_over, timeout=60, interval=0.2)
-            restored = await customer_restores(staying)
+            restored = await restores(staying, "customers")
             for p in moved:
                 restore = restored[p]
                 assert restore is not None
