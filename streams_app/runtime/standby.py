@@ -46,7 +46,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
-from streams_app.aio import cancel_and_wait
+from streams_app.aio import cancel_and_wait, within
 from streams_app.runtime.task import TaskId
 from streams_app.state.base import StorePartition
 from streams_app.state.restore import Accept, ChangelogOffsets, resume_offset
@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 #: Pause after a failed poll before reassigning and trying again (a back-off, not a wait for
 #: an event: the broker offers none for "reachable again").
 RETRY_BACKOFF = 1.0
+#: How long a reading of the group's committed offsets may hold the loop (every standby waits
+#: meanwhile); one that takes longer fails and is tried again at the next interval.
+LIMITS_TIMEOUT = 5.0
 
 #: The group's committed offsets of some source partitions (None: nothing committed).
 CommittedReader = Callable[
@@ -388,7 +391,7 @@ class StandbyUpdater:
         if not sources:
             return
         try:
-            found = await committed(sources)
+            found = await within(committed(sources), LIMITS_TIMEOUT)
         except Exception as exc:
             # Once per run of failures: the standbys concerned hold where they are meanwhile.
             (log.debug if self._limits_failing else log.warning)(
