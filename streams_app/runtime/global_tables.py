@@ -8,6 +8,15 @@ own task owns is left to that task: its commits write the store (with their chan
 and its restore on assignment brings it up to date, exactly as for a plain table; the reader
 only applies partitions no local task owns, and goes back to a partition's stored offset when
 a rebalance takes it away from this worker.
+
+Going back matters because the reader keeps fetching an owned partition and skips its records:
+its position runs ahead of the store, which only the task writes. When the task goes away
+(a rebalance, or ``close_all`` after a commit whose outcome is unknown, before the next
+assignment), the store is at the task's last commit ``S`` while the position is at some ``P``
+beyond it; applying the next record at ``P`` or later would store an offset past the records
+in ``[S, P)``, never applied. So a partition skipped as owned since the last
+:meth:`GlobalTables.reposition` is, when first seen unowned, sought back to its store's offset
+and that batch dropped: the store's offset never passes a committed record it lacks.
 """
 
 from __future__ import annotations
@@ -54,6 +63,9 @@ class GlobalTables:
         self._consumer: ConsumerClient | None = None
         self._reader: asyncio.Task[None] | None = None
         self._by_changelog = {changelogs[t.name]: t for t in tables}
+        #: Partitions whose records the reader skipped as owned by a local task since the last
+        #: reposition: its position there may be past the store's offset (module doc).
+        self._skipped: set[TopicPartition] = set()
         self.applied = 0
 
     def changelog_partitions(self) -> list[TopicPartition]:
@@ -96,6 +108,7 @@ class GlobalTables:
         consumer.assign(tps)
         for tp in tps:
             consumer.seek(tp, self._store_partition(tp).changelog_offset or 0)
+        self._skipped.clear()
 
     async def _read(self) -> None:
         consumer = self._consumer
@@ -111,10 +124,19 @@ class GlobalTables:
                 continue
             for raw_tp, records in batch.items():
                 tp = TopicPartition(raw_tp[0], raw_tp[1])
-                if not records or self._owned(tp):
-                    continue  # a local task keeps this partition itself
+                if not records:
+                    continue
+                if self._owned(tp):
+                    self._skipped.add(tp)  # a local task keeps this partition itself
+                    continue
                 part = self._store_partition(tp)
                 stored = part.changelog_offset or 0
+                if tp in self._skipped:
+                    # No longer owned here, and read past what its store holds: read again
+                    # from the store's offset, and drop this batch (module doc).
+                    self._skipped.discard(tp)
+                    consumer.seek(tp, stored)
+                    continue
                 writes = {
                     r.key: r.value for r in records if r.offset >= stored and r.key is not None
                 }

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from streams_app.runtime import guarantees
 from streams_app.runtime.assignor import AssignmentInfo, StreamsAssignor
 from streams_app.runtime.fencing import fence_predecessors, fence_transactional_ids
-from streams_app.runtime.standby import StandbyTask, StandbyUpdater
+from streams_app.runtime.standby import CommittedReader, StandbyTask, StandbyUpdater
 from streams_app.runtime.task import TaskId
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.settings import Settings
@@ -73,7 +74,7 @@ class Replicas:
         if self._stopped:
             return None  # a rebalance while the worker shuts down: it is leaving anyway
         if info is None:  # the group fell back to range (a member of an older version)
-            await self._set_standbys({})
+            await self._set_standbys({}, consumer)
             self._previous_active = frozenset()
             return None
         standbys = {
@@ -86,7 +87,7 @@ class Replicas:
             for task_id in sorted(info.standby | info.warmup)
             if task_id not in info.active and self.tasks.stateful(task_id)
         }
-        await self._set_standbys(standbys)
+        await self._set_standbys(standbys, consumer)
         taking_over = info.active - self._previous_active
         self._previous_active = info.active
         if info.fence and taking_over and self.conf.exactly_once:
@@ -133,17 +134,23 @@ class Replicas:
         log.info("probing rebalance: asking the group to move warmed-up tasks")
         consumer.request_rebalance()
 
-    async def _set_standbys(self, standbys: dict[TaskId, StandbyTask]) -> None:
+    async def _set_standbys(
+        self, standbys: dict[TaskId, StandbyTask], consumer: ConsumerClient
+    ) -> None:
         self.tasks.set_standbys(standbys)
         if self.updater is None:
             if not standbys:
                 return
-            consumer = self.transport.consumer(guarantees.standby_consumer_config(self.conf))
-            await consumer.start()
+            reader = self.transport.consumer(guarantees.standby_consumer_config(self.conf))
+            await reader.start()
             self.updater = StandbyUpdater(
-                consumer, self.admin, caught_up_lag=self.conf.acceptable_recovery_lag
+                reader,
+                self.admin,
+                caught_up_lag=self.conf.acceptable_recovery_lag,
+                accept=self.tasks.source_filters,
             )
             self.updater.start()
+        self.updater.committed = committed_reader(consumer)
         self.updater.update(standbys)
 
     async def stop(self) -> None:
@@ -163,3 +170,17 @@ class Replicas:
             "standby": [task.describe() for _, task in sorted(self.tasks.standbys.items())],
             "fenced": list(self.fenced),
         }
+
+
+def committed_reader(consumer: ConsumerClient) -> CommittedReader:
+    """The group's last committed offsets, read through its member ``consumer``: where the
+    standbys of tables built from topics stop (runtime/standby.py). Not ``require_stable``:
+    the last committed offset is never beyond the one a promotion's restore waits for and
+    reads to, so a standby held there is never wiped at promotion; waiting out a pending
+    transaction would only hold the standby's loop."""
+
+    async def committed(partitions: Collection[TopicPartition]) -> dict[TopicPartition, int | None]:
+        found = await consumer.committed_offsets_with_metadata(partitions, stable=False)
+        return {tp: None if entry is None else entry.offset for tp, entry in found.items()}
+
+    return committed

@@ -19,6 +19,13 @@ What keeps a standby exactly as committed:
   ``StorePartition.write(batch, next offset)``, the same call restore uses; after a crash the
   standby resumes from exactly what it applied. The consumer's position past commit markers
   is stored too, so a standby that has caught up reports an offset equal to the end.
+- **A table built from a topic.** Where the changelog is the table's source topic, its records
+  are applied as restore applies them (``accept``: what processing stores, nothing of what it
+  dead-letters), and only below the group's committed offset on that topic (the *limit*, read
+  every ``lag_interval``), as Kafka Streams bounds standbys of source changelogs: beyond it the
+  active task has not processed the records yet, and a store past the committed offset is wiped
+  at promotion (state/restore.py). A partition that reaches its limit is paused until the
+  limit moves on.
 - **One writer per store partition.** This module writes only to the partitions of its
   current standby tasks. :meth:`StandbyUpdater.update` replaces that set synchronously, and
   every write re-checks membership with no ``await`` in between, so once the worker has made
@@ -36,13 +43,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
-from streams_app.aio import cancel_and_wait
+from streams_app.aio import cancel_and_wait, within
 from streams_app.runtime.task import TaskId
 from streams_app.state.base import StorePartition
-from streams_app.state.restore import ChangelogOffsets, resume_offset
+from streams_app.state.restore import Accept, ChangelogOffsets, resume_offset
 from streams_app.transport.base import ConsumerClient, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -50,6 +57,14 @@ log = logging.getLogger(__name__)
 #: Pause after a failed poll before reassigning and trying again (a back-off, not a wait for
 #: an event: the broker offers none for "reachable again").
 RETRY_BACKOFF = 1.0
+#: How long a reading of the group's committed offsets may hold the loop (every standby waits
+#: meanwhile); one that takes longer fails and is tried again at the next interval.
+LIMITS_TIMEOUT = 5.0
+
+#: The group's committed offsets of some source partitions (None: nothing committed).
+CommittedReader = Callable[
+    [Collection[TopicPartition]], Awaitable[Mapping[TopicPartition, int | None]]
+]
 
 
 class StandbyTask:
@@ -111,7 +126,12 @@ class StandbyUpdater:
 
     ``consumer`` is a started ``read_committed`` consumer in no group, used by nothing else;
     ``admin`` gives the changelogs' beginning and end offsets (to check a store's offset is
-    still inside the changelog before resuming from it, as restore does).
+    still inside the changelog before resuming from it, as restore does). ``accept`` maps the
+    source topic of each table whose changelog is that topic to what processing stores of its
+    records (``TaskManager.source_filters``): a standby applies such a record as restore does,
+    re-encoded, or not at all where processing dead-letters it. With ``committed`` (the
+    group's committed offsets), such a standby also stops at the committed offset of its
+    source partition (the module doc); without it, it tails the topic to its end.
     """
 
     def __init__(
@@ -123,6 +143,8 @@ class StandbyUpdater:
         max_records: int = 10_000,
         caught_up_lag: int = 10_000,
         lag_interval: float = 2.0,
+        accept: Mapping[str, Accept] | None = None,
+        committed: CommittedReader | None = None,
     ) -> None:
         self.consumer = consumer
         self.admin = admin
@@ -132,6 +154,14 @@ class StandbyUpdater:
         self.caught_up_lag = caught_up_lag
         #: Seconds between measurements of the standbys' lags (one ListOffsets each).
         self.lag_interval = lag_interval
+        self.accept = dict(accept or {})
+        self.committed = committed
+        #: Source partitions serving as changelogs -> the group's committed offset, as last read.
+        self._limits: dict[TopicPartition, int] = {}
+        self._limits_read = 0.0
+        self._limits_failing = False
+        #: Source partitions paused at their limit.
+        self._paused: set[TopicPartition] = set()
         self._lags_measured = 0.0
         self.tasks: dict[TaskId, StandbyTask] = {}
         self._parts: dict[TopicPartition, StorePartition] = {}
@@ -198,6 +228,10 @@ class StandbyUpdater:
                     await self._changed.wait()
                     continue
                 await self._poll()
+                if time.monotonic() - self._limits_read >= self.lag_interval:
+                    await self._read_limits()
+                    if not self._dirty:
+                        self._hold_at_limits()
                 if time.monotonic() - self._lags_measured >= self.lag_interval:
                     await self._measure_lags()
             except asyncio.CancelledError:
@@ -227,10 +261,19 @@ class StandbyUpdater:
                 if wiped:
                     self._owner[tp].applied = 0
                 self._validated[tp] = start
+        self._limits = {tp: limit for tp, limit in self._limits.items() if tp in parts}
+        await self._read_limits()
+        if self._dirty:
+            return
         self.consumer.assign(list(parts))
+        held = [tp for tp in self._paused if tp in parts]
+        if held:
+            self.consumer.resume(held)  # held again below if still at their limits
+        self._paused.clear()
         for tp, part in parts.items():
             offset = part.changelog_offset
             self.consumer.seek(tp, offset if offset is not None else self._validated[tp])
+        self._hold_at_limits()
         if parts:
             log.info(
                 "standby tasks: %s",
@@ -254,8 +297,12 @@ class StandbyUpdater:
             if part is None or self._dirty:
                 return
             stored = part.changelog_offset
+            limit = self._limit(tp)
+            if limit is not None:
+                position = min(position, limit)
             if stored is None or position > stored:
                 part.write({}, position)
+        self._hold_at_limits()
 
     async def _measure_lags(self) -> None:
         self._lags_measured = time.monotonic()
@@ -269,6 +316,9 @@ class StandbyUpdater:
                 end = ends.get(tp)
                 if end is None or part is not parts.get(tp):
                     break
+                limit = self._limit(tp)
+                if limit is not None:
+                    end = min(end, limit)  # a source topic: what was processed, not its end
                 lag += max(0, end - (part.changelog_offset or 0))
             else:
                 task.lag = lag
@@ -288,6 +338,15 @@ class StandbyUpdater:
         if part is None or not records:
             return  # no longer a standby here: its store belongs to an active task now
         stored = part.changelog_offset
+        accept = self.accept.get(tp.topic)
+        end = records[-1].offset + 1
+        limit = self._limit(tp)
+        if limit is not None and end > limit:
+            # Records the active task has not committed yet stay out: the store ends at the
+            # limit, and the consumer goes back there (paused until the limit moves on).
+            records = [r for r in records if r.offset < limit]
+            end = limit
+            self.consumer.seek(tp, max(limit, stored or 0))
         batch: dict[bytes, bytes | None] = {}
         applied = 0
         for record in records:
@@ -296,10 +355,68 @@ class StandbyUpdater:
             key = record.key
             if key is None:
                 continue
-            batch[key] = record.value
+            if accept is not None:
+                # A source topic serving as changelog: what processing stored, as restore.
+                kept = accept(record)
+                if kept is None:
+                    continue  # processing dead-letters it: it changed nothing
+                key, value = kept
+            else:
+                value = record.value
+            batch[key] = value
             applied += 1
-        end = records[-1].offset + 1
         if stored is None or end > stored:
             part.write(batch, end)
             self.records_applied += applied
             self._owner[tp].applied += applied
+
+    # -- source topics serving as changelogs: the committed offset as the limit -------------
+
+    def _limit(self, tp: TopicPartition) -> int | None:
+        """Where a standby of ``tp`` stops (None: at the changelog's end)."""
+        if self.committed is None or tp.topic not in self.accept:
+            return None
+        return self._limits.get(tp, 0)  # nothing committed (or not read yet): nothing processed
+
+    async def _read_limits(self) -> None:
+        """Read the group's committed offsets of the source partitions followed (the caller
+        then pauses or resumes them: :meth:`_hold_at_limits`). A failed read keeps the limits
+        as they were: they only hold the standby back."""
+        self._limits_read = time.monotonic()
+        committed = self.committed
+        if committed is None:
+            return
+        parts = self._parts
+        sources = [tp for tp in parts if tp.topic in self.accept]
+        if not sources:
+            return
+        try:
+            found = await within(committed(sources), LIMITS_TIMEOUT)
+        except Exception as exc:
+            # Once per run of failures: the standbys concerned hold where they are meanwhile.
+            (log.debug if self._limits_failing else log.warning)(
+                "standby: reading the group's committed offsets failed (%s: %s); standbys of "
+                "tables built from topics hold at their last limits until a reading succeeds",
+                type(exc).__name__,
+                exc,
+            )
+            self._limits_failing = True
+            return
+        self._limits_failing = False
+        if parts is not self._parts:
+            return  # the standby set changed meanwhile: the next reading is for the new one
+        self._limits.update((tp, offset or 0) for tp, offset in found.items() if tp in parts)
+
+    def _hold_at_limits(self) -> None:
+        """Pause each source partition whose store reached its limit; resume the others."""
+        for tp, part in self._parts.items():
+            limit = self._limit(tp)
+            if limit is None:
+                continue
+            held = (part.changelog_offset or 0) >= limit
+            if held and tp not in self._paused:
+                self.consumer.pause([tp])
+                self._paused.add(tp)
+            elif not held and tp in self._paused:
+                self.consumer.resume([tp])
+                self._paused.discard(tp)

@@ -46,8 +46,9 @@ task ever starts from a partly restored store.
 **A table whose changelog is its source topic** (a table built from a compacted topic,
 docs/joins.md) is restored only up to the offset its task has *committed* on that topic
 (``limits``), not to the end: what lies beyond was not processed yet, and restoring it would
-let earlier stream records meet later table values. A store beyond that offset (a standby
-tails the topic to its end) is wiped and restored from the beginning. Each of its records goes
+let earlier stream records meet later table values. A store beyond that offset is wiped and
+restored from the beginning (a standby stops at the group's committed offset, so its store is
+normally kept: runtime/standby.py). Each of its records goes
 through ``accept`` first: a record processing dead-letters (undecodable, no valid time) is
 skipped by restore too, and the others are stored as processing encodes them (a JSON key
 written with other spacing is the same row), so restored state equals processed state.

@@ -183,11 +183,18 @@ class KafkaObserver:
 
 
 def keyed_sum_workers(tmp_path: Path, env: dict[str, str], *names: str) -> list[WorkerProcess]:
-    """Worker processes of ``tests.runtime.apps.keyed_sum``, each with its own state
-    directory and log under ``tmp_path`` (not started)."""
+    """Worker processes of ``tests.runtime.apps.keyed_sum`` (:func:`app_workers`)."""
+    return app_workers("tests.runtime.apps.keyed_sum", tmp_path, env, *names)
+
+
+def app_workers(
+    module: str, tmp_path: Path, env: dict[str, str], *names: str
+) -> list[WorkerProcess]:
+    """Worker processes of the app in ``module``, each with its own state directory and log
+    under ``tmp_path`` (not started)."""
     return [
         WorkerProcess(
-            "tests.runtime.apps.keyed_sum",
+            module,
             state_dir=tmp_path / name,
             log_path=tmp_path / f"{name}.log",
             env=env,

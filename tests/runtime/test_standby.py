@@ -50,14 +50,24 @@ async def assignment(worker: WorkerProcess) -> dict[str, Any]:
         return body
 
 
-async def restores(worker: WorkerProcess) -> dict[int, dict[str, Any] | None]:
-    """Partition of the sums table -> its last restore on ``worker``, for each active task."""
+async def restores(worker: WorkerProcess, name: str = "sums") -> dict[int, dict[str, Any] | None]:
+    """Partition of the table ``name`` -> its last restore on ``worker``, for each active
+    task."""
     return {
         table["partition"]: table["restored"]
         for task in (await assignment(worker))["tasks"]
         for table in task["tables"]
-        if table["table"] == "sums"
+        if table["table"] == name
     }
+
+
+async def start_with_standbys(first: WorkerProcess, second: WorkerProcess) -> None:
+    """Start ``first``, then ``second``; return once both hold standbys of the other's tasks."""
+    first.start()
+    await asyncio.to_thread(first.wait_assigned)
+    second.start()
+    await asyncio.to_thread(second.wait_for_log, "standby tasks: ", 60)
+    await asyncio.to_thread(first.wait_for_log, "standby tasks: ", 60)
 
 
 def assert_resumed(p: int, restore: dict[str, Any] | None) -> None:
@@ -80,12 +90,8 @@ async def test_failover_to_a_standby_restores_only_the_tail_and_stays_exactly_on
     await observer.__aenter__()
     group, source, changelog = f"ks-{unique}", f"ks-in-{unique}", f"ks-{unique}-sums-changelog"
     try:
-        victim.start()
-        await asyncio.to_thread(victim.wait_assigned)
-        survivor.start()
         # The two-member generation: each worker owns two tasks and stands by for the others.
-        await asyncio.to_thread(survivor.wait_for_log, "standby tasks: ", 60)
-        await asyncio.to_thread(victim.wait_for_log, "standby tasks: ", 60)
+        await start_with_standbys(victim, survivor)
         await produce_keyed(bootstrap_servers, source, BEFORE, seed=1, keys=KEYS)
         await wait_until(
             lambda: observer.committed_equals_end(group, source), timeout=180, interval=0.2
