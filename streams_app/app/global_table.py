@@ -8,6 +8,10 @@ committed, and the task's own uncommitted writes before that.
 
 The price is Faust's: every worker stores and reads all of it, and a read reflects other
 workers' commits with a small delay (their commit, then the changelog read).
+
+Built from a topic (``source=``), its changelog is that topic: restore and the reader store
+each record as the table's codecs encode it and skip (and log) one that cannot be decoded
+(runtime/global_tables.py, docs/joins.md).
 """
 
 from __future__ import annotations

@@ -17,6 +17,19 @@ beyond it; applying the next record at ``P`` or later would store an offset past
 in ``[S, P)``, never applied. So a partition skipped as owned since the last
 :meth:`GlobalTables.reposition` is, when first seen unowned, sought back to its store's offset
 and that batch dropped: the store's offset never passes a committed record it lacks.
+
+**A GlobalTable built from a topic** (``app.GlobalTable(name, source=topic)``) has that topic as
+its changelog, written by producers outside this app. Its records go through the table's
+:func:`~streams_app.runtime.joins.sources.restore_filter`, in the restore at start and in the
+reader alike, as a partitioned table's restore and standbys do: a key written with other JSON
+spacing is stored as the table's codec writes it (the row ``lookup`` finds), and a record
+processing would dead-letter (undecodable, no valid time) is skipped. Skipped, not
+dead-lettered: the reader runs outside any task's transaction, so a dead-letter write there
+could be neither atomic with the position it reads at nor fenced. A warning names the topic,
+partition, offsets and count (never the record's bytes); Kafka Streams leaves such a record to
+its deserialization exception handler, and this is what its log-and-continue handler does.
+Before, the topic's raw bytes were stored: an undecodable value raised on every ``lookup`` of
+its key, and a key spelled differently was a row no lookup found.
 """
 
 from __future__ import annotations
@@ -25,30 +38,49 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streams_app.aio import cancel_and_wait
+from streams_app.runtime.joins.sources import restore_filter
 from streams_app.state.base import Store
-from streams_app.state.restore import restore_partitions
+from streams_app.state.restore import Accept, restore_partitions
 from streams_app.topology.contract import MISSING
 from streams_app.transport.base import (
     AdminClient,
     ConsumerClient,
     ConsumerConfig,
+    RecordLike,
     TopicPartition,
     Transport,
 )
 
 if TYPE_CHECKING:
+    from streams_app.app.table import Table
     from streams_app.topology.contract import TableLike
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _Rejected:
+    """The records of one partition a source table's filter rejected: how many, and where."""
+
+    count: int = 0
+    first: int = -1
+    last: int = -1
+
+    def add(self, offset: int) -> None:
+        if not self.count:
+            self.first = offset
+        self.count += 1
+        self.last = offset
+
+
 class GlobalTables:
     def __init__(
         self,
-        tables: Sequence[TableLike],
+        tables: Sequence[Table],
         stores: dict[str, Store],
         changelogs: dict[str, str],
         partitions: dict[str, int],
@@ -66,7 +98,16 @@ class GlobalTables:
         #: Partitions whose records the reader skipped as owned by a local task since the last
         #: reposition: its position there may be past the store's offset (module doc).
         self._skipped: set[TopicPartition] = set()
+        #: Changelog topic -> what is stored of its records, for the tables built from a topic
+        #: (module doc); the other changelogs are written by tasks, already encoded.
+        self._filters: dict[str, Accept] = {
+            changelogs[t.name]: restore_filter(t)
+            for t in tables
+            if t.source is not None and t.changelog_is_source
+        }
         self.applied = 0
+        #: Records of source topics skipped as processing would dead-letter them (module doc).
+        self.rejected = 0
 
     def changelog_partitions(self) -> list[TopicPartition]:
         return [
@@ -91,9 +132,44 @@ class GlobalTables:
         await consumer.start()
         self._consumer = consumer
         parts = {tp: self._store_partition(tp) for tp in self.changelog_partitions()}
-        await restore_partitions(parts, consumer, admin, stall_timeout=timeout)
+        rejected = {tp: _Rejected() for tp in parts if tp.topic in self._filters}
+        accept = {tp: self._counting(self._filters[tp.topic], r) for tp, r in rejected.items()}
+        try:
+            await restore_partitions(parts, consumer, admin, stall_timeout=timeout, accept=accept)
+        finally:
+            for tp, skipped in rejected.items():
+                self._report(tp, skipped)
         self.reposition()
         self._reader = asyncio.ensure_future(self._read())
+
+    @staticmethod
+    def _counting(accept: Accept, rejected: _Rejected) -> Accept:
+        """``accept``, noting each keyed record it rejects in ``rejected``."""
+
+        def counted(record: RecordLike) -> tuple[bytes, bytes | None] | None:
+            kept = accept(record)
+            if kept is None and record.key is not None:
+                rejected.add(record.offset)
+            return kept
+
+        return counted
+
+    def _report(self, tp: TopicPartition, rejected: _Rejected) -> None:
+        """One warning per batch (or restore) that skipped records: where, never what."""
+        if not rejected.count:
+            return
+        self.rejected += rejected.count
+        log.warning(
+            "global table %s: skipped %d record(s) of %s[%d] at offsets %d-%d that cannot be "
+            "decoded or have no valid timestamp (not dead-lettered: the global tables' reader "
+            "is outside any transaction)",
+            self._by_changelog[tp.topic].name,
+            rejected.count,
+            tp.topic,
+            tp.partition,
+            rejected.first,
+            rejected.last,
+        )
 
     def _store_partition(self, tp: TopicPartition) -> Any:
         table = self._by_changelog[tp.topic]
@@ -137,13 +213,35 @@ class GlobalTables:
                     self._skipped.discard(tp)
                     consumer.seek(tp, stored)
                     continue
-                writes = {
-                    r.key: r.value for r in records if r.offset >= stored and r.key is not None
-                }
+                writes = self._writes(tp, records, stored)
                 last = records[-1].offset + 1
                 if last > stored:
                     part.write(writes, last)
                     self.applied += len(writes)
+
+    def _writes(
+        self, tp: TopicPartition, records: Sequence[RecordLike], stored: int
+    ) -> dict[bytes, bytes | None]:
+        """What the store gets of a batch: its keyed records from the store's offset on,
+        through the table's filter where the changelog is a source topic (module doc)."""
+        accept = self._filters.get(tp.topic)
+        rejected = _Rejected()
+        writes: dict[bytes, bytes | None] = {}
+        for record in records:
+            key = record.key
+            if key is None or record.offset < stored:
+                continue
+            if accept is None:
+                value = record.value
+            else:
+                kept = accept(record)
+                if kept is None:
+                    rejected.add(record.offset)
+                    continue
+                key, value = kept
+            writes[key] = value  # later records overwrite: latest write wins
+        self._report(tp, rejected)
+        return writes
 
     def lookup(self, table: TableLike, key: Any) -> Any:
         raw_key = table.key_codec.dumps(key)

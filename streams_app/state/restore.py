@@ -48,10 +48,11 @@ docs/joins.md) is restored only up to the offset its task has *committed* on tha
 (``limits``), not to the end: what lies beyond was not processed yet, and restoring it would
 let earlier stream records meet later table values. A store beyond that offset is wiped and
 restored from the beginning (a standby stops at the group's committed offset, so its store is
-normally kept: runtime/standby.py). Each of its records goes
-through ``accept`` first: a record processing dead-letters (undecodable, no valid time) is
-skipped by restore too, and the others are stored as processing encodes them (a JSON key
-written with other spacing is the same row), so restored state equals processed state.
+normally kept: runtime/standby.py). Each of its records goes through ``accept`` first: a
+record processing dead-letters (undecodable, no valid time) is skipped by restore too, and the
+others are stored as processing encodes them (a JSON key written with other spacing is the same
+row), so restored state equals processed state. A GlobalTable built from a topic passes
+``accept`` with no limit (it is read to the end, outside the group: runtime/global_tables.py).
 
 A read_committed consumer cannot read past an open transaction. If the previous owner of a
 partition left one open (a zombie, or a crashed worker that is not restarted on the same state
