@@ -175,13 +175,26 @@ class Topic:
             )
         raw_key, raw_value = self.encode(key, value)
         future = runtime.send_nowait(self.name, raw_key, raw_value, headers, partition, timestamp)
-        if future is None:
+        if future is None:  # no transaction begun yet, metadata unknown, a large value, ...
             future = await runtime.send_encoded(
                 self.name, raw_key, raw_value, headers, partition, timestamp
             )
         if callback is not None:
             _call_when_done(future, callback)
         return future
+
+    def send_nowait(
+        self, key: Any = None, value: Any = None, timestamp: float | None = None
+    ) -> SendFuture | None:
+        """:meth:`send` (no headers, partition or callback) when it needs no await, as almost
+        every send inside processing does: the caller saves a coroutine per record. None when
+        nothing was sent and the caller must await :meth:`send` instead (outside a worker, no
+        transaction begun yet, the topic's metadata unknown, a large value, ...)."""
+        runtime = current_runtime.get()
+        if runtime is None:
+            return None  # send() says what is wrong
+        raw_key, raw_value = self.encode(key, value)
+        return runtime.send_nowait(self.name, raw_key, raw_value, None, None, timestamp)
 
     def send_soon(
         self,

@@ -11,7 +11,7 @@ only the changelog tail after that offset instead of wiping and replaying everyt
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, KeysView, Mapping
 from itertools import islice
 from typing import Any
 
@@ -54,6 +54,15 @@ class StorePartition(ABC):
         for key, value in self.items():
             if key >= low and (high is None or key < high):
                 yield key, value
+
+    def range_items(self, low: bytes, high: bytes) -> list[tuple[bytes, bytes]]:
+        """:meth:`iter_range`'s entries, as a list: for many short scans, which a store may
+        serve from a reader it keeps between calls until :meth:`release_cursor`."""
+        return list(self.iter_range(low, high))
+
+    def release_cursor(self) -> None:
+        """Let go of what :meth:`range_items` kept between calls (nothing by default)."""
+        return
 
     def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Committed keys starting with ``prefix``, in key order, with their values."""
@@ -227,6 +236,10 @@ class PartitionTransaction:
         if key in self._dirty:
             return self._dirty[key]
         return default
+
+    def pending_keys(self) -> KeysView[Any]:
+        """The keys this transaction has written or deleted (a live view of them)."""
+        return self._dirty.keys()
 
     def contains(self, key: Any) -> bool:
         return self.get(key, DELETED) is not DELETED

@@ -33,6 +33,9 @@ from streams_app.codecs import Codec, DecodeError
 from streams_app.state.base import PartitionTransaction
 from streams_app.state.sizing import shared
 
+#: PendingKeys prunes no fewer hints than this at a time (amortised: a pruning costs one pass).
+_PRUNE_AT_LEAST = 1024
+
 #: No record seen yet: below every timestamp, so ``NO_TIME - retention`` expires nothing.
 NO_TIME = -(1 << 63)
 
@@ -40,6 +43,8 @@ _LEN = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 _TIME_OFFSET = 1 << 63
+#: What :func:`pack_time` adds to a time (for codecs that pack a time with other fields).
+TIME_OFFSET = _TIME_OFFSET
 
 #: The decoded key of the stream time entry, and its bytes.
 STREAM_TIME: Any = shared(object())
@@ -105,17 +110,36 @@ class StreamTime:
         return f"StreamTime({self.ms})"
 
 
+class Encoded:
+    """A pending value whose encoding is known already: the bytes of the record it came in
+    (``raw``, what the same value codec decoded it from). The codec writes those bytes instead of
+    encoding the value again, which for a JSON record is most of what buffering it costs; a view
+    that reads pending values back unwraps :attr:`value`."""
+
+    __slots__ = ("raw", "value")
+
+    def __init__(self, value: Any, raw: bytes) -> None:
+        self.value = value
+        self.raw = raw
+
+
+_VALUE_TAG = bytes((TAG_VALUE,))
+
+
 class TaggedValueCodec:
     """Stored values: ``None``, a value, or the stream time entry's :class:`StreamTime`.
 
     One leading tag byte says which (the module's ``TAG_*``), so ``None`` is a value like any
-    other (a versioned table's tombstone version is an entry, not a deletion).
+    other (a versioned table's tombstone version is an entry, not a deletion). An
+    :class:`Encoded` value is written from its record's bytes.
     """
 
     def __init__(self, value_codec: Codec) -> None:
         self.value_codec = value_codec
 
     def dumps(self, obj: Any) -> bytes:
+        if type(obj) is Encoded:
+            return _VALUE_TAG + obj.raw
         if obj is None:
             return bytes((TAG_NONE,))
         if isinstance(obj, StreamTime):
@@ -158,25 +182,57 @@ class PendingKeys:
     are a dict keyed by decoded composite keys, which a scan cannot see. This index lets a read
     of one user key find its pending entries without looking through every pending write (the
     same idea as :class:`~streams_app.state.windowed.WindowedTransaction`'s hints). The
-    transaction stays the authority on values: an entry listed here is read back from it, and
-    the hints are dropped as soon as the transaction holds no pending writes (it committed or
-    aborted).
+    transaction stays the authority on values: an entry listed here is read back from it.
+
+    A hint outlives its write when that write commits (the scan finds it then: the hint is
+    redundant, never wrong). The hints are dropped as soon as the transaction holds no pending
+    writes, and those of committed writes are pruned whenever the hints have grown to twice
+    what was pending at the last pruning: a worker that goes on processing while its commits
+    are in flight may never see its transaction empty, and its hints must not grow with
+    everything it ever buffered.
     """
 
-    __slots__ = ("_keys", "tx")
+    __slots__ = ("_count", "_keys", "_limit", "tx")
 
     def __init__(self, tx: PartitionTransaction) -> None:
         self.tx = tx
         #: user key -> composite keys written or deleted in the open transaction.
         self._keys: dict[Any, dict[Any, None]] = {}
+        #: Touches since the last pruning (at least the composite keys held), and how many
+        #: trigger the next one.
+        self._count = 0
+        self._limit = _PRUNE_AT_LEAST
 
     def fresh(self) -> None:
         if self._keys and not self.tx.dirty:
             self._keys.clear()
+            self._count = 0
 
     def touch(self, user_key: Any, composite: Any) -> None:
-        self.fresh()
-        self._keys.setdefault(user_key, {})[composite] = None
+        """``composite`` (an entry of ``user_key``) was just written or deleted."""
+        keys = self._keys
+        entries = keys.get(user_key)
+        if entries is None:
+            keys[user_key] = {composite: None}
+        else:
+            entries[composite] = None
+        self._count += 1
+        if self._count > self._limit:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Keep the hints of entries still pending only (the others committed)."""
+        pending = self.tx.pending_keys()
+        kept: dict[Any, dict[Any, None]] = {}
+        count = 0
+        for user_key, entries in self._keys.items() if pending else ():
+            live = {c: None for c in entries if c in pending}
+            if live:
+                kept[user_key] = live
+                count += len(live)
+        self._keys = kept
+        self._count = count
+        self._limit = 2 * count + _PRUNE_AT_LEAST
 
     def of(self, user_key: Any) -> dict[Any, None]:
         self.fresh()

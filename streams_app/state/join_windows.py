@@ -36,6 +36,7 @@ a record to the join before storing it.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -45,11 +46,12 @@ from streams_app.state.composite import (
     META_KEY,
     NO_TIME,
     STREAM_TIME,
+    TIME_OFFSET,
+    Encoded,
     PendingKeys,
     TaggedValueCodec,
     key_prefix,
     pack_time,
-    pack_u64,
     read_key,
     read_stream_time,
     unpack_time,
@@ -58,6 +60,10 @@ from streams_app.state.composite import (
 )
 
 _GONE: Any = object()
+#: ``segment | key length`` and ``timestamp | seq`` of an entry's key (the times as pack_time's).
+_HEAD = struct.Struct(">QI")
+_TAIL = struct.Struct(">QQ")
+_TIME = struct.Struct(">Q")
 #: Kafka Streams' smallest segment interval for DSL window stores.
 MIN_SEGMENT_MS = 60_000
 
@@ -92,11 +98,11 @@ class JoinWindowKeyCodec:
         if obj is STREAM_TIME:
             return META_KEY
         key, timestamp, seq = obj
+        raw = self.key_codec.dumps(key)
         return (
-            pack_time(timestamp // self.segment_ms)
-            + key_prefix(self.key_codec, key)
-            + pack_time(timestamp)
-            + pack_u64(seq)
+            _HEAD.pack(timestamp // self.segment_ms + TIME_OFFSET, len(raw))
+            + raw
+            + _TAIL.pack(timestamp + TIME_OFFSET, seq)
         )
 
     def loads(self, data: bytes) -> Any:
@@ -170,16 +176,21 @@ class JoinWindowTransaction:
         observed = self.observed
         return NO_TIME if observed == NO_TIME else observed - self.retention + 1
 
-    def put(self, key: Any, timestamp: int, seq: int, value: Any) -> bool:
-        """Buffer a record; False if it is older than retention (not stored)."""
-        observed = self.observed
+    def put(self, key: Any, timestamp: int, seq: int, value: Any, raw: bytes | None = None) -> bool:
+        """Buffer a record; False if it is older than retention (not stored). ``raw``: the
+        bytes the record's value was decoded from with this store's value codec, if known: the
+        changelog and the store get them as they are (:class:`Encoded`) instead of the value
+        encoded again."""
+        observed = self._observed
+        if observed is None:
+            observed = self.observed
         if timestamp > observed:
             self._advance(timestamp)
             observed = timestamp
         if timestamp <= observed - self.retention:
             return False
         entry = (key, timestamp, seq)
-        self.tx.set(entry, value)
+        self.tx.set(entry, value if raw is None else Encoded(value, raw))
         self._pending.touch(key, entry)
         # Committed with the transaction, it will be in the store: the segment may hold it.
         self._occupied[timestamp // self.codec.segment_ms] = True
@@ -200,40 +211,70 @@ class JoinWindowTransaction:
     def fetch(self, key: Any, time_from: int, time_to: int) -> list[Buffered]:
         """The retained records of ``key`` with ``time_from <= timestamp <= time_to``, in
         (timestamp, seq) order."""
-        observed = self.observed
+        observed = self._observed
+        if observed is None:
+            observed = self.observed
         if observed == NO_TIME:
             return []
         # Nothing is stored past the observed time, nothing retained before retention: the
         # range shrinks to what may hold entries, and so do the segments it seeks in.
-        time_from = max(time_from, observed - self.retention + 1)
-        time_to = min(time_to, observed)
+        retained_from = observed - self.retention + 1
+        if time_from < retained_from:
+            time_from = retained_from
+        if time_to > observed:
+            time_to = observed
         if time_to < time_from:
             return []
         codec = self.codec
-        found: dict[tuple[int, int], Any] = {}
-        loads = self.tx.value_codec.loads
-        low_time, high_time = pack_time(time_from), pack_time(time_to + 1)
+        segment_ms = codec.segment_ms
+        tx = self.tx
+        loads = tx.value_codec.loads
+        # One short scan per segment and record: through the reader the store keeps between
+        # scans (released at the end of the batch, by expire()).
+        range_items = tx.partition.range_items
+        occupied = self._occupied
+        pack = _TIME.pack
+        low_time, high_time = pack(time_from + TIME_OFFSET), pack(time_to + 1 + TIME_OFFSET)
         user_key = key_prefix(codec.key_codec, key)
         at = 8 + len(user_key)
-        for segment in range(codec.segment(time_from), codec.segment(time_to) + 1):
+        unpack = _TAIL.unpack_from  # (timestamp, seq) after the user key
+        pending = self._pending.of(key)
+        if not pending:
+            # The common case: committed entries only. Segments ascend with time, and within
+            # one the keys sort by (timestamp, seq): the scans come in the order returned.
+            found = []
+            for segment in range(time_from // segment_ms, time_to // segment_ms + 1):
+                held = occupied.get(segment)
+                if not (self._may_hold(segment) if held is None else held):
+                    continue
+                prefix = pack(segment + TIME_OFFSET) + user_key
+                for raw_key, raw_value in range_items(prefix + low_time, prefix + high_time):
+                    packed_time, seq = unpack(raw_key, at)
+                    found.append(Buffered(packed_time - TIME_OFFSET, seq, loads(raw_value)))
+            return found
+        merged: dict[tuple[int, int], Any] = {}
+        for segment in range(time_from // segment_ms, time_to // segment_ms + 1):
             if not self._may_hold(segment):
                 continue
-            prefix = pack_time(segment) + user_key
-            for raw_key, raw_value in self.tx.partition.iter_range(
-                prefix + low_time, prefix + high_time
-            ):
-                found[(unpack_time(raw_key, at), unpack_u64(raw_key, at + 8))] = raw_value
-        for entry in self._pending.of(key):
+            prefix = pack(segment + TIME_OFFSET) + user_key
+            for raw_key, raw_value in range_items(prefix + low_time, prefix + high_time):
+                packed_time, seq = unpack(raw_key, at)
+                merged[(packed_time - TIME_OFFSET, seq)] = raw_value
+        for entry in pending:
             _, timestamp, seq = entry
             if time_from <= timestamp <= time_to:
-                value = self.tx.get(entry, _GONE)
-                if value is _GONE:
-                    found.pop((timestamp, seq), None)
-                else:
-                    found[(timestamp, seq)] = (value,)
+                # Written since the last commit, or committed since it was hinted (then the
+                # scan has it as committed, and nothing is pending for it).
+                value = tx.pending(entry, _GONE)
+                if value is DELETED:
+                    merged.pop((timestamp, seq), None)
+                elif value is not _GONE:
+                    merged[(timestamp, seq)] = (
+                        (value.value,) if type(value) is Encoded else (value,)
+                    )
         return [
             Buffered(t, s, v[0] if type(v) is tuple else loads(v))
-            for (t, s), v in sorted(found.items())
+            for (t, s), v in sorted(merged.items())
         ]
 
     def _may_hold(self, segment: int) -> bool:
@@ -252,7 +293,10 @@ class JoinWindowTransaction:
         return occupied
 
     def expire(self) -> int:
-        """Delete every segment wholly past retention; returns how many entries went."""
+        """Delete every segment wholly past retention; returns how many entries went. Called
+        at the end of every batch: it also lets go of the reader the store kept for this
+        batch's fetches (:meth:`~streams_app.state.base.StorePartition.range_items`)."""
+        self.tx.partition.release_cursor()
         retained_from = self.retained_from()
         if retained_from == NO_TIME:
             return 0
@@ -291,4 +335,6 @@ class JoinWindowTransaction:
         for entry in pending:
             value = self.tx.get(entry, _GONE)
             if value is not _GONE:
+                if type(value) is Encoded:
+                    value = value.value
                 yield entry[0], Buffered(entry[1], entry[2], value)

@@ -335,3 +335,31 @@ def test_an_offset_alone_waits_and_is_written_like_any_batch(
     part = RocksDBStorePartition(tmp_path / "p", options)
     assert part.changelog_offset == 7
     part.close()
+
+
+@pytest.mark.parametrize("behind", [0, 3600])
+def test_range_items_keeps_its_reader_and_sees_every_later_write(
+    tmp_path: Path, behind: float
+) -> None:
+    """range_items seeks with one iterator kept between calls: a write (written behind or
+    not), a wipe and a release drop it, so a scan never misses what committed before it; and
+    closing the partition lets go of it (a reopen works)."""
+    part = RocksDBStorePartition(tmp_path / "p", RocksDBOptions(write_behind_interval=behind))
+    part.write({b"a1": b"1", b"a3": b"3", b"b1": b"x"}, 1)
+    assert part.range_items(b"a", b"b") == [(b"a1", b"1"), (b"a3", b"3")]
+    kept = part._cursor
+    assert kept is not None and part.range_items(b"a2", b"b") == [(b"a3", b"3")]
+    assert part._cursor is kept  # the same reader, sought again
+    del kept  # (a reference to it would keep the database open after close, as items()'s)
+    part.write({b"a2": b"2", b"a3": None}, 2)
+    assert part.range_items(b"a", b"b") == [(b"a1", b"1"), (b"a2", b"2")]
+    assert part.range_items(b"a", b"a2") == [(b"a1", b"1")] and part.range_items(b"c", b"d") == []
+    part.release_cursor()
+    assert part._cursor is None
+    assert part.range_items(b"b", b"c") == [(b"b1", b"x")]
+    part.wipe()
+    assert part.range_items(b"", b"\xff") == []
+    part.write({b"z": b"1"}, 3)
+    assert part.range_items(b"", b"\xff") == [(b"z", b"1")]
+    part.close()
+    RocksDBStorePartition(tmp_path / "p").close()

@@ -115,9 +115,48 @@ class JoinProcessor:
         join's topics and to the agents reading it. ``trigger``: the record that made it (its
         position is the result's, so an agent failing on it retries or dead-letters that
         record); None for results released by time (end of batch, idle close)."""
-        join = self.join
-        for topic in join.sinks:
+        sent = self.emit_nowait(task, key, value, timestamp, trigger)
+        if sent >= 0:
+            await self.emit_rest(sent, task, key, value, timestamp, trigger)
+
+    def emit_nowait(
+        self,
+        task: TaskScope,
+        key: Any,
+        value: Any,
+        timestamp: int,
+        trigger: Event | None = None,
+    ) -> int:
+        """:meth:`emit` as far as it goes without an await, which is all the way for almost
+        every result (``Topic.send_nowait``): -1 when it is done, else how many of the join's
+        topics it sent to; :meth:`emit_rest` from there does the rest. Results are many (one
+        or more per record) and a coroutine per result and topic costs more than the send."""
+        sinks = self.join.sinks
+        seconds = timestamp / 1000
+        for i, topic in enumerate(sinks):
+            if topic.send_nowait(key, value, seconds) is None:
+                return i
+        self._feed_readers(task, key, value, timestamp, trigger)
+        return -1
+
+    async def emit_rest(
+        self,
+        sent: int,
+        task: TaskScope,
+        key: Any,
+        value: Any,
+        timestamp: int,
+        trigger: Event | None = None,
+    ) -> None:
+        """The rest of an :meth:`emit_nowait` that sent to the first ``sent`` topics only."""
+        for topic in self.join.sinks[sent:]:
             await topic.send(key=key, value=value, timestamp=timestamp / 1000)
+        self._feed_readers(task, key, value, timestamp, trigger)
+
+    def _feed_readers(
+        self, task: TaskScope, key: Any, value: Any, timestamp: int, trigger: Event | None
+    ) -> None:
+        """The result to the agents reading the join (if any), in the task's transaction."""
         readers = self._readers(self.name)
         if not readers:
             return

@@ -268,11 +268,13 @@ class StreamStreamJoinState:
         return None if now == NO_TIME else now
 
     def process(
-        self, side: int, key: Any, value: Any, timestamp: int, seq: int
+        self, side: int, key: Any, value: Any, timestamp: int, seq: int, raw: bytes | None = None
     ) -> list[JoinResult]:
         """Join one record of ``side`` (``LEFT``/``RIGHT``); ``seq``: its input offset (unique
         in its side's partition, and the same when the record is processed again after an
-        abort). Returns the nulls its time made due, then its own results."""
+        abort); ``raw``: the bytes ``value`` was decoded from with its side's value codec, if
+        known (buffered as they are: :meth:`JoinWindowTransaction.put`). Returns the nulls its
+        time made due, then its own results."""
         unmatched = self.unmatched
         out: list[JoinResult] = []
         if unmatched is not None and unmatched.advance(timestamp):
@@ -316,7 +318,7 @@ class StreamStreamJoinState:
                 mine.observe(timestamp)
                 return out
             unmatched.add(side, key, timestamp, seq, value)
-        if not mine.put(key, timestamp, seq, value):
+        if not mine.put(key, timestamp, seq, value, raw):
             self.too_late += 1
         return out
 
@@ -367,7 +369,10 @@ class _Side:
         self.label = f"{processor.label}:{'left' if side == LEFT else 'right'}"
 
     async def forward(self, event: Event) -> None:
-        await self.processor.process(self.side, event)
+        processor = self.processor  # process(), without a coroutine of its own per record
+        found = processor.join_record(self.side, event)
+        if found:
+            await processor._emit(event.task, found, event)
 
 
 @register
@@ -402,12 +407,18 @@ class StreamStreamProcessor(JoinProcessor):
     async def process(self, side: int, event: Event) -> None:
         """One record of ``side``: the nulls its time made due, then its pairs (or, arriving
         unmatched with its window closed, its own null), in the record's transaction."""
-        task = event.task
-        state: StreamStreamJoinState = self.state(task)
-        key = None if event.raw_key is None else event.key
-        found = state.process(side, key, event.value, event.timestamp, event.offset)
+        found = self.join_record(side, event)
         if found:
-            await self._emit(task, found, event)
+            await self._emit(event.task, found, event)
+
+    def join_record(self, side: int, event: Event) -> list[JoinResult]:
+        """What :meth:`process` emits for ``event`` (its state changes made)."""
+        state: StreamStreamJoinState = self.state(event.task)
+        key = None if event.raw_key is None else event.key
+        # The record's bytes are what its topic's value codec (the buffer's) decoded the value
+        # from, unless it came in a Faust request envelope (reply_to set: the value was inside).
+        raw = event.raw_value if event.reply_to is None else None
+        return state.process(side, key, event.value, event.timestamp, event.offset, raw)
 
     async def after_batch(self, task: Task) -> None:
         if self.join.stores["left"].name not in task.tables:
@@ -430,4 +441,7 @@ class StreamStreamProcessor(JoinProcessor):
     async def _emit(self, task: TaskScope, found: list[JoinResult], trigger: Event | None) -> None:
         result = self.join.result
         for r in found:
-            await self.emit(task, r.key, result(r.left, r.right), r.timestamp, trigger)
+            key, value, timestamp = r.key, result(r.left, r.right), r.timestamp
+            sent = self.emit_nowait(task, key, value, timestamp, trigger)  # emit(), inlined
+            if sent >= 0:
+                await self.emit_rest(sent, task, key, value, timestamp, trigger)

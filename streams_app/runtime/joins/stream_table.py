@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 #: The side number the grace buffer files stream records under (it has one side).
 _STREAM = 0
+#: What a stream record joins to when it emits nothing (an inner join, no table row).
+_NO_RESULT: Any = object()
 
 
 @register
@@ -81,8 +83,13 @@ class StreamTableJoin(JoinProcessor):
                     await self.emit(task, None, result, event.timestamp, event)
             elif buffer is not None:
                 buffer.add(_STREAM, event.key, event.timestamp, event.offset, value)
-            else:
-                await self._join(task, event.key, value, event.timestamp, event)
+            else:  # _join(), without a coroutine per record
+                key, timestamp = event.key, event.timestamp
+                result = self._result(task, key, value, timestamp)
+                if result is not _NO_RESULT:
+                    sent = self.emit_nowait(task, key, result, timestamp, event)
+                    if sent >= 0:
+                        await self.emit_rest(sent, task, key, result, timestamp, event)
         if buffer is not None:
             await self._release(task, buffer)
 
@@ -107,6 +114,12 @@ class StreamTableJoin(JoinProcessor):
     async def _join(
         self, task: TaskScope, key: Any, value: Any, timestamp: int, trigger: Event | None
     ) -> None:
+        result = self._result(task, key, value, timestamp)
+        if result is not _NO_RESULT:
+            await self.emit(task, key, result, timestamp, trigger)
+
+    def _result(self, task: TaskScope, key: Any, value: Any, timestamp: int) -> Any:
+        """The joined value of a stream record, or ``_NO_RESULT`` (inner, no table row)."""
         versioned = self.versioned
         if versioned is not None:
             found = versioned.view(task).get_as_of(key, timestamp)
@@ -115,9 +128,9 @@ class StreamTableJoin(JoinProcessor):
             right = self.table.get(key, MISSING)
         if right is MISSING:
             if not self.left_join:
-                return
+                return _NO_RESULT
             right = None
-        await self.emit(task, key, self.join.result(value, right), timestamp, trigger)
+        return self.join.result(value, right)
 
 
 @register
