@@ -88,8 +88,10 @@ class CommitTimedOutError(TransactionTimedOutError, CommitOutcomeUnknownError):
 class TransactionLeftOpenError(StreamsAppError):
     """A transaction this worker gave up is still open on a partition, and it could not be
     aborted there (no CLUSTER_ACTION permission for WriteTxnMarkers, or the partition's leader
-    did not answer). Not a :class:`TransportError`: going on would let the next commit commit
-    the records of the transaction given up, so the worker stops, naming the partition."""
+    did not answer), or the file in the state directory that lists where such transactions may
+    be open cannot be read. Not a :class:`TransportError`: going on would let the next commit
+    commit the records of the transaction given up, so the worker stops, naming the partition
+    (or the file)."""
 
 
 class RecordRejectedError(SendFailedError, RecordError):

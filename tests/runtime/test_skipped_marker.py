@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,9 +33,10 @@ from streams_app.broker import EmbeddedKafka
 from streams_app.kafka.ops_admin import OpsAdmin
 from streams_app.readback import read_topics
 from streams_app.runtime.guarantees import producer_config
+from streams_app.runtime.left_open_file import LEFT_OPEN_FILE, LeftOpenFile
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.transport.base import GroupMetadata, TopicPartition, TopicSpec
-from streams_app.transport.errors import TransactionTimedOutError
+from streams_app.transport.errors import TransactionLeftOpenError, TransactionTimedOutError
 from tests.kafka.helpers import create_topics
 from tests.runtime.helpers import wait_until
 
@@ -52,19 +54,29 @@ async def _leader(admin: OpsAdmin, topic: str, partition: int) -> int:
 class _Scene:
     """A producer whose transaction was given up while its partition's only node was down."""
 
-    def __init__(self, kafka: EmbeddedKafka, unique: str) -> None:
+    def __init__(
+        self, kafka: EmbeddedKafka, unique: str, left_open_file: LeftOpenFile | None = None
+    ) -> None:
         self.kafka = kafka
         self.bootstrap = kafka.bootstrap_servers
         self.topic = f"skipped-{unique}"
-        app = App(f"skipped-{unique}", broker=self.bootstrap)
-        config = dataclasses.replace(
-            producer_config(app.conf, unique), transaction_timeout_ms=TIMEOUT_MS
+        self.app = App(f"skipped-{unique}", broker=self.bootstrap)
+        self.config = dataclasses.replace(
+            producer_config(self.app.conf, unique), transaction_timeout_ms=TIMEOUT_MS
         )
-        assert config.transactional_id is not None
-        self.tid = config.transactional_id
-        self.producer = StreamsProducer(app.transport(), config)
+        assert self.config.transactional_id is not None
+        self.tid = self.config.transactional_id
+        self.left_open_file = left_open_file
+        self.producer = self.new_producer()
         self.partition = self.node = self.pid = self.epoch = -1
         self.admin: OpsAdmin
+
+    def new_producer(self) -> StreamsProducer:
+        """The worker's producer, or the next process's on the same state directory (the same
+        transactional id, and the same file of entries)."""
+        return StreamsProducer(
+            self.app.transport(), self.config, left_open_file=self.left_open_file
+        )
 
     async def open(self) -> None:
         # One replica per partition: a partition whose node is down has no leader.
@@ -194,6 +206,49 @@ async def test_a_partition_still_leaderless_at_the_recreate_is_checked_once_it_i
                 recreating.cancel()
         assert producer.left_open_aborted == 1
         assert producer.unchecked_left_open == []
+        assert await scene.process_again() == [b"processed again"]
+    finally:
+        if not restarted:
+            await scene.restart_node()
+        await scene.close()
+
+
+async def test_a_restart_on_the_same_state_directory_checks_what_the_last_process_left(
+    kafka_cluster: EmbeddedKafka, unique: str, tmp_path: Path
+) -> None:
+    """The worker gives up on the check (its deadline passes with the node still down) and
+    stops; the supervisor restarts it on the same state directory: the same transactional id,
+    so the same producer id. Its producer's InitProducerId bumps the epoch, but the file in the
+    state directory still lists the partition with the epoch that wrote the records, whose
+    leader still has that epoch for our producer id: the new process aborts them before its
+    first transaction (before: it knew nothing of them, and its first commit there committed
+    them with its own records)."""
+    file = LeftOpenFile(tmp_path / LEFT_OPEN_FILE)
+    scene = _Scene(kafka_cluster, unique, file)
+    await scene.open()
+    restarted = False
+    try:
+        await scene.leave_open()
+        group = GroupMetadata(f"skipped-{unique}", 1, "member-1")
+        with pytest.raises(TransactionTimedOutError):
+            await scene.producer.commit({TopicPartition(scene.topic, scene.partition): 1}, group)
+        scene.producer.left_open_deadline = 2  # the node stays down longer: the worker stops
+        with pytest.raises(TransactionLeftOpenError, match=str(file.path)):
+            await scene.producer.recreate()
+        # The group's __consumer_offsets partition answered; the data partition did not.
+        assert [(e.tp, e.producer_id, e.producer_epoch) for e in file.load()] == [
+            (TopicPartition(scene.topic, scene.partition), scene.pid, scene.epoch)
+        ]
+        await scene.producer.stop()  # the process ends
+
+        await scene.restart_node()
+        restarted = True
+        await scene.assert_left_open()  # the broker did skip the marker: the records are open
+        scene.producer = scene.new_producer()  # the restarted process, the same state directory
+        await scene.producer.start()
+        assert scene.producer.left_open_aborted == 1
+        assert scene.producer.client.producer_identity()[1] > scene.epoch  # type: ignore[attr-defined]
+        assert not file.path.exists()
         assert await scene.process_again() == [b"processed again"]
     finally:
         if not restarted:
