@@ -72,6 +72,7 @@ from streams_app.transport.base import (
     Transport,
 )
 from streams_app.transport.errors import (
+    AbortedByCoordinatorError,
     CommitOutcomeUnknownError,
     CommitTimedOutError,
     ProducerFencedError,
@@ -895,6 +896,14 @@ class StreamsProducer:
         self._commit_sent = True
         try:
             await self._end_transaction()
+        except AbortedByCoordinatorError as exc:
+            # EndTxn went out, but the coordinator had aborted the transaction (see the
+            # error): a known abort, whose partitions are checked like any given up.
+            self._commit_sent = False
+            timed_out = self._timed_out(exc)
+            if timed_out is None:
+                raise  # another producer of our id fenced it: a fencing, checked all the same
+            raise timed_out from exc
         except ProducerFencedError as exc:
             # EndTxn sent: a timeout and a commit completed after an outage look the same.
             timed_out = self._timed_out(exc)

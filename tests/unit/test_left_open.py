@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from aiokafka import errors as aerrors
 
 from streams_app.errors import StateDirectoryError
 from streams_app.runtime import producer as producer_module
@@ -38,13 +39,16 @@ from streams_app.transport.base import (
     TopicPartition,
 )
 from streams_app.transport.errors import (
+    AbortedByCoordinatorError,
     CommitFailedError,
     CommitOutcomeUnknownError,
+    ProducerFencedError,
     SendFailedError,
     TransactionLeftOpenError,
+    TransactionTimedOutError,
     TransportError,
 )
-from streams_app.transport.kafka import _where
+from streams_app.transport.kafka import KafkaProducerClient, _where
 from tests.unit.test_commit_order import RecordingClient, RecordingTransport
 
 GROUP = GroupMetadata("g", 3, "member-1")
@@ -59,6 +63,7 @@ class _Client(RecordingClient):
     epochs = 0
     checked: list[list[LeftOpen]] = []
     fail_end_txn = False
+    aborted_at_end_txn = False
     fail_offsets = False
     answer: Callable[[list[LeftOpen]], Any] | None = None
 
@@ -89,6 +94,8 @@ class _Client(RecordingClient):
         await super().commit_transaction()
         if _Client.fail_end_txn:
             raise TransportError("no answer to EndTxn (injected)")
+        if _Client.aborted_at_end_txn:
+            raise AbortedByCoordinatorError("INVALID_TXN_STATE on EndTxn (injected)")
 
 
 class _Transport(RecordingTransport):
@@ -98,7 +105,7 @@ class _Transport(RecordingTransport):
 
 def _reset(monkeypatch: pytest.MonkeyPatch) -> None:
     _Client.epochs, _Client.checked, _Client.answer = 0, [], None
-    _Client.fail_end_txn = _Client.fail_offsets = False
+    _Client.fail_end_txn = _Client.fail_offsets = _Client.aborted_at_end_txn = False
     monkeypatch.setattr(producer_module, "LEFT_OPEN_FIRST_BACKOFF_S", 0.01)
     monkeypatch.setattr(producer_module, "LEFT_OPEN_MAX_BACKOFF_S", 0.02)
 
@@ -452,3 +459,66 @@ def test_a_file_that_cannot_be_written_names_the_state_directory(tmp_path: Path)
     file = LeftOpenFile(tmp_path / "missing" / LEFT_OPEN_FILE)
     with pytest.raises(StateDirectoryError, match=r"missing: cannot write left-open\.json"):
         file.save({LeftOpen(OUT1, 7, 1)})
+
+
+# -- INVALID_TXN_STATE on EndTxn(commit) is a known abort (review 2.5) ---------------------
+
+
+async def test_an_end_txn_answered_invalid_txn_state_is_a_known_abort_and_checked(
+    producer: StreamsProducer,
+) -> None:
+    """Under transaction version 2 the coordinator answers a commit on a transaction it had
+    aborted (and bumped the epoch of) INVALID_TXN_STATE, never a committed one's: the EndTxn
+    went out, but nothing committed, so the partitions are checked like any given up (before:
+    taken for an unknown outcome, and left alone)."""
+    await _write(producer)
+    _Client.aborted_at_end_txn = True
+    with pytest.raises(AbortedByCoordinatorError) as raised:  # young: another producer's doing
+        await producer.commit({TopicPartition("in", 0): 5}, GROUP)
+    assert isinstance(raised.value, ProducerFencedError)  # the worker rejoins, as after fencing
+    assert not isinstance(raised.value, CommitOutcomeUnknownError)
+    await producer.recreate()
+    assert _Client.checked == [
+        [LeftOpen(GROUP_OFFSETS, 7, 1, "g"), LeftOpen(OUT1, 7, 1), LeftOpen(OUT2, 7, 1)]
+    ]
+    assert producer.left_open_aborted == 1
+
+
+async def test_a_timed_out_transaction_answered_invalid_txn_state_is_rewound_not_migrated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Older than the transaction timeout: the coordinator timed it out. A known abort, as
+    when the timeout is found before EndTxn: rewind and retry, the tasks kept (not
+    CommitTimedOutError, whose outcome is unknown)."""
+    _reset(monkeypatch)
+    made = StreamsProducer(
+        _Transport(),  # type: ignore[arg-type]
+        ProducerConfig(transactional_id="tx", transaction_timeout_ms=0),
+    )
+    await made.start()
+    await _write(made)
+    _Client.aborted_at_end_txn = True
+    with pytest.raises(TransactionTimedOutError) as raised:
+        await made.commit({TopicPartition("in", 0): 5}, GROUP)
+    assert not isinstance(raised.value, CommitOutcomeUnknownError | ProducerFencedError)
+    await made.recreate()
+    assert [e.tp for e in _Client.checked[0]] == [GROUP_OFFSETS, OUT1, OUT2]
+
+
+async def test_the_transport_tells_invalid_txn_state_on_end_txn_from_a_fencing() -> None:
+    class _Producer:
+        fatal_error = None
+
+        async def commit_transaction(self) -> None:
+            raise self.error
+
+    client = KafkaProducerClient("127.0.0.1:1", ProducerConfig(transactional_id="t"), {})
+    fake = _Producer()
+    client._producer = fake  # type: ignore[assignment]
+    fake.error = aerrors.InvalidTxnState()
+    with pytest.raises(AbortedByCoordinatorError, match="INVALID_TXN_STATE"):
+        await client.commit_transaction()
+    fake.error = aerrors.ProducerFenced()
+    with pytest.raises(ProducerFencedError) as raised:
+        await client.commit_transaction()
+    assert not isinstance(raised.value, AbortedByCoordinatorError)
