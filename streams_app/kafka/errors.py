@@ -111,7 +111,9 @@ def is_aborted_by_coordinator(exc: BaseException | None) -> bool:
     transaction and then treats the old epoch's EndTxn as a retry: a COMMIT finds the state
     CompleteAbort and is answered INVALID_TXN_STATE, not PRODUCER_FENCED as under version 1. For a
     producer that only commits transactions it began, both mean the same thing: it was fenced by
-    ``transaction.timeout.ms``.
+    ``transaction.timeout.ms``. Unlike a fencing, INVALID_TXN_STATE is never the answer to a
+    committed transaction's retried EndTxn (Kafka 4.3 answers that NONE): the transport raises
+    it as a known abort (``AbortedByCoordinatorError``).
     """
     return _in_chain(exc, (aerrors.InvalidTxnState,))
 

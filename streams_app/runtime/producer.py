@@ -53,6 +53,7 @@ from typing import Any
 
 from streams_app.aio import cancel_and_wait
 from streams_app.runtime.clock import Cancellable, Clock, SystemClock
+from streams_app.runtime.left_open_file import LeftOpenFile
 from streams_app.runtime.metrics import ProducerStats
 from streams_app.runtime.reconnect import Reconnect
 from streams_app.runtime.send_futures import HeldSend, OpenBatch, RecordFuture
@@ -71,6 +72,7 @@ from streams_app.transport.base import (
     Transport,
 )
 from streams_app.transport.errors import (
+    AbortedByCoordinatorError,
     CommitOutcomeUnknownError,
     CommitTimedOutError,
     ProducerFencedError,
@@ -112,6 +114,7 @@ class StreamsProducer:
         config: ProducerConfig,
         clock: Clock | None = None,
         reconnect: Reconnect | None = None,
+        left_open_file: LeftOpenFile | None = None,
     ) -> None:
         self._transport = transport
         self._config = config
@@ -162,6 +165,9 @@ class StreamsProducer:
         #: Where transactions given up may have been left open (a skipped ABORT marker), not
         #: answered yet: no transaction begins while one remains (:meth:`recreate`).
         self._unchecked: set[LeftOpen] = set()
+        #: Where they are kept across restarts (the worker's state directory), if anywhere:
+        #: :meth:`start` checks what a previous process of the same transactional id left.
+        self._left_open_file = left_open_file
         #: How long :meth:`recreate` asks about them before it stops the worker: the
         #: transaction timeout, and at least long enough for a broker to restart.
         self.left_open_deadline = max(config.transaction_timeout_ms / 1000, LEFT_OPEN_DEADLINE_S)
@@ -217,7 +223,22 @@ class StreamsProducer:
         return self._client
 
     async def start(self) -> None:
-        self._publish(await self._started_client())
+        """Start the client; before it takes a send, check what the file of entries (see
+        :mod:`~streams_app.runtime.left_open_file`) lists: a previous process with this
+        transactional id gave those transactions up and stopped (or was killed) before they
+        were all answered. InitProducerId has ended them at the coordinator by then, as in
+        :meth:`recreate`."""
+        if self._left_open_file is not None:
+            listed = self._left_open_file.load() - self._unchecked
+            if listed:
+                log.info(
+                    "%s lists %s, where a transaction given up by this worker's previous "
+                    "process may still be open: checking before the first transaction",
+                    self._left_open_file.path,
+                    _named(listed),
+                )
+                self._unchecked |= listed
+        await self._check_then_publish(await self._started_client())
 
     async def _started_client(self) -> ProducerClient:
         client = self._transport.producer(self._config)
@@ -273,7 +294,10 @@ class StreamsProducer:
             await start()
         else:
             await self._reconnect.start("the producer", start)
-        client = made[-1]
+        await self._check_then_publish(made[-1])
+
+    async def _check_then_publish(self, client: ProducerClient) -> None:
+        """Publish ``client`` once every unchecked entry has been answered; if not, stop it."""
         if self._unchecked:
             try:
                 await self._settle_left_open(client)
@@ -298,9 +322,17 @@ class StreamsProducer:
         if commit_sent or identity is None:
             return
         producer_id, epoch = identity
+        before = set(self._unchecked)
         self._unchecked.update(LeftOpen(tp, producer_id, epoch) for tp in written)
         if group is not None:
             self._unchecked.add(LeftOpen(GROUP_OFFSETS, producer_id, epoch, group))
+        if self._unchecked != before:
+            self._persist()  # before anything else: a crash from here on must not forget them
+
+    def _persist(self) -> None:
+        """The file of entries lists exactly ``_unchecked`` (none: no file)."""
+        if self._left_open_file is not None:
+            self._left_open_file.save(self._unchecked, self._config.transactional_id)
 
     def _transaction_ended(self) -> None:
         """Nothing of the transaction can be left open by us any more (committed, answered
@@ -316,6 +348,7 @@ class StreamsProducer:
         deadline, raise :class:`TransactionLeftOpenError` naming what is still unchecked."""
         if not isinstance(client, LeftoverAbortingProducerClient):
             self._unchecked.clear()  # another transport: nothing it could check
+            self._persist()
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.left_open_deadline
@@ -332,7 +365,10 @@ class StreamsProducer:
                 why = {entry: "no answer before the deadline" for entry in self._unchecked}
             else:
                 self._aborted_left_open(check.aborted)
-                self._unchecked = set(check.unanswered)
+                answered = set(check.unanswered)
+                if answered != self._unchecked:
+                    self._unchecked = answered
+                    self._persist()
                 why = check.unanswered
             if not self._unchecked:
                 return
@@ -373,7 +409,15 @@ class StreamsProducer:
             f" (of {_named(self._unchecked)}): its leader gave no answer ({reason}) within "
             f"{self.left_open_deadline:g} s. If the broker skipped its abort marker, the next "
             "commit to that partition would commit the records given up. Stopping. Fix: once "
-            "the partition has a leader, run `streams-app txn hanging --abort`, then restart"
+            f"the partition has a leader, {self._fix()}"
+        )
+
+    def _fix(self) -> str:
+        if self._left_open_file is None:
+            return "run `streams-app txn hanging --abort`, then restart"
+        return (
+            f"restart: {self._left_open_file.path} lists it, and the start checks it first "
+            "(or run `streams-app txn hanging --abort`)"
         )
 
     @property
@@ -852,6 +896,14 @@ class StreamsProducer:
         self._commit_sent = True
         try:
             await self._end_transaction()
+        except AbortedByCoordinatorError as exc:
+            # EndTxn went out, but the coordinator had aborted the transaction (see the
+            # error): a known abort, whose partitions are checked like any given up.
+            self._commit_sent = False
+            timed_out = self._timed_out(exc)
+            if timed_out is None:
+                raise  # another producer of our id fenced it: a fencing, checked all the same
+            raise timed_out from exc
         except ProducerFencedError as exc:
             # EndTxn sent: a timeout and a commit completed after an outage look the same.
             timed_out = self._timed_out(exc)

@@ -5,6 +5,8 @@ Layout::
     <root>/<app_id>/
         .lock                       exclusive flock while a worker runs (holds its pid, for errors)
         process-id                  uuid4 hex, created once, never changed
+        left-open.json              only while a transaction given up may still be open somewhere
+                                    (runtime/left_open_file.py): checked at the next start
         tables/<table>/<partition>/ one RocksDB database per table partition
 
 **Why a lock.** Two workers sharing one directory would write the same RocksDB files and, worse,

@@ -35,6 +35,18 @@ class ProducerFencedError(TransportError):
     """Another producer took our transactional.id, or the broker timed our transaction out."""
 
 
+class AbortedByCoordinatorError(ProducerFencedError):
+    """EndTxn(commit) was answered INVALID_TXN_STATE: the coordinator had already ended the
+    transaction without committing it. Under transaction version 2 that is a transaction it
+    aborted (timed out, or fenced by an InitProducerId of our transactional id) and bumped the
+    epoch of: our EndTxn, one epoch behind, is taken for a retry, and a commit retried on an
+    aborted transaction is refused so. It is never a commit's answer: a committed transaction's
+    retried EndTxn(commit) is answered NONE (Kafka 4.3, ``TransactionCoordinator.
+    endTransaction``; under version 1 the answer is for a transaction the coordinator has no
+    partitions of). So, unlike a fencing answered to EndTxn, it is a known abort: what the
+    transaction wrote is checked for records a skipped ABORT marker left open."""
+
+
 class CommitFailedError(TransportError):
     """The group moved to a new generation: the offsets (and the transaction) cannot commit.
 
@@ -88,8 +100,10 @@ class CommitTimedOutError(TransactionTimedOutError, CommitOutcomeUnknownError):
 class TransactionLeftOpenError(StreamsAppError):
     """A transaction this worker gave up is still open on a partition, and it could not be
     aborted there (no CLUSTER_ACTION permission for WriteTxnMarkers, or the partition's leader
-    did not answer). Not a :class:`TransportError`: going on would let the next commit commit
-    the records of the transaction given up, so the worker stops, naming the partition."""
+    did not answer), or the file in the state directory that lists where such transactions may
+    be open cannot be read. Not a :class:`TransportError`: going on would let the next commit
+    commit the records of the transaction given up, so the worker stops, naming the partition
+    (or the file)."""
 
 
 class RecordRejectedError(SendFailedError, RecordError):

@@ -11,6 +11,8 @@ aiokafka / streams_app.kafka                                 raised to the runti
 ==========================================================  =========================
 ProducerFenced, INVALID_PRODUCER_EPOCH (47), PRODUCER_FENCED  ProducerFencedError
 (90), anywhere in the cause chain
+INVALID_TXN_STATE (48) on EndTxn(commit): the coordinator    AbortedByCoordinatorError
+had aborted the transaction                                  (a ProducerFencedError)
 TxnOffsetCommit 22/25/27/82, a membership with generation    CommitFailedError
 -1 / no member id, consumer CommitFailedError
 a send of the transaction failed (at the broker, or in       SendFailedError
@@ -86,6 +88,7 @@ from streams_app.transport.base import (
     TopicSpec,
 )
 from streams_app.transport.errors import (
+    AbortedByCoordinatorError,
     CommitFailedError,
     FatalProducerError,
     GroupProtocolMismatchError,
@@ -902,7 +905,10 @@ class KafkaProducerClient:
             await self._p.commit_transaction()
         except Exception as exc:
             if is_aborted_by_coordinator(exc):
-                raise self._fenced() from exc
+                raise AbortedByCoordinatorError(
+                    f"{self._fenced()} (EndTxn(commit) was answered INVALID_TXN_STATE: the "
+                    "coordinator had aborted the transaction)"
+                ) from exc
             mapped = self._translate(exc)
             if mapped is exc:
                 raise

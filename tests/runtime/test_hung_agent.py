@@ -28,7 +28,11 @@ from streams_app.runtime.errors_policy import H_ATTEMPTS, H_ERROR_TYPE
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.testing.workers import WorkerProcess
 from streams_app.transport.base import GroupMetadata, ProducerConfig, TopicPartition, TopicSpec
-from streams_app.transport.errors import CommitOutcomeUnknownError, TransactionTimedOutError
+from streams_app.transport.errors import (
+    AbortedByCoordinatorError,
+    CommitOutcomeUnknownError,
+    TransactionTimedOutError,
+)
 from streams_app.transport.kafka import KafkaTransport
 from tests.kafka.helpers import create_topics
 from tests.runtime.helpers import running_worker, wait_until
@@ -178,9 +182,11 @@ async def test_a_transaction_the_coordinator_timed_out_is_named_not_taken_for_a_
     """What an agent that blocks the event loop (which no timeout can interrupt) leads to: the
     coordinator aborts the transaction at its timeout, and the commit says so. Fenced before
     the EndTxn went out (on the offsets), it is a known abort (``TransactionTimedOutError``:
-    rewind and retry, the tasks kept); fenced on the EndTxn itself, the fencing cannot be told
-    from a commit the coordinator completed after an outage (``CommitTimedOutError``, an
-    unknown outcome: the worker reads its committed offsets again)."""
+    rewind and retry, the tasks kept). On the EndTxn itself it is one too: under transaction
+    version 2 the coordinator answers a commit on the transaction it aborted INVALID_TXN_STATE
+    (``AbortedByCoordinatorError``), which no committed transaction is answered (a fencing
+    there, under version 1, would be ``CommitTimedOutError``: an unknown outcome, the committed
+    offsets read again)."""
     topic = f"txn-timeout-{unique}"
     await create_topics(bootstrap_servers, TopicSpec(topic, 1, 1))
     transport = KafkaTransport(bootstrap_servers)
@@ -209,9 +215,13 @@ async def test_a_transaction_the_coordinator_timed_out_is_named_not_taken_for_a_
                 await producer.commit({TopicPartition(topic, 0): 1}, group)
             else:
                 await producer.commit({}, None)
-        unknown = isinstance(raised.value, CommitOutcomeUnknownError)
-        assert unknown == (fenced_on == "end_txn"), repr(raised.value)
-        assert isinstance(raised.value, MIGRATED) == unknown
+        assert not isinstance(raised.value, CommitOutcomeUnknownError), repr(raised.value)
+        assert not isinstance(raised.value, MIGRATED), repr(raised.value)
+        answered = isinstance(raised.value.__cause__, AbortedByCoordinatorError)
+        assert answered == (fenced_on == "end_txn"), repr(raised.value.__cause__)
+        # A known abort: the new producer checks what it wrote (its leader wrote the marker).
+        await producer.recreate()
+        assert (producer.left_open_checks, producer.left_open_aborted) == (1, 0)
     finally:
         await producer.stop()
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,11 +33,13 @@ from streams_app.broker import EmbeddedKafka
 from streams_app.kafka.ops_admin import OpsAdmin
 from streams_app.readback import read_topics
 from streams_app.runtime.guarantees import producer_config
+from streams_app.runtime.left_open_file import LEFT_OPEN_FILE, LeftOpenFile
 from streams_app.runtime.producer import StreamsProducer
+from streams_app.state.directory import StateDirectory
 from streams_app.transport.base import GroupMetadata, TopicPartition, TopicSpec
-from streams_app.transport.errors import TransactionTimedOutError
+from streams_app.transport.errors import TransactionLeftOpenError, TransactionTimedOutError
 from tests.kafka.helpers import create_topics
-from tests.runtime.helpers import wait_until
+from tests.runtime.helpers import running_worker, wait_until
 
 #: Short, so that the coordinator times the transaction out while its partition has no leader.
 TIMEOUT_MS = 3_000
@@ -52,17 +55,26 @@ async def _leader(admin: OpsAdmin, topic: str, partition: int) -> int:
 class _Scene:
     """A producer whose transaction was given up while its partition's only node was down."""
 
-    def __init__(self, kafka: EmbeddedKafka, unique: str) -> None:
+    def __init__(self, kafka: EmbeddedKafka, unique: str, state: Path | None = None) -> None:
+        """With ``state``: the producer of the worker whose state directory is under it (its
+        transactional id, and its file of entries to check)."""
         self.kafka = kafka
         self.bootstrap = kafka.bootstrap_servers
         self.topic = f"skipped-{unique}"
-        app = App(f"skipped-{unique}", broker=self.bootstrap)
+        self.app = App(f"skipped-{unique}", broker=self.bootstrap)
+        process_id, self.left_open_file = unique, None
+        if state is not None:
+            with StateDirectory(state, self.app.conf.id) as directory:
+                process_id = directory.process_id
+                self.left_open_file = LeftOpenFile(directory.path / LEFT_OPEN_FILE)
         config = dataclasses.replace(
-            producer_config(app.conf, unique), transaction_timeout_ms=TIMEOUT_MS
+            producer_config(self.app.conf, process_id), transaction_timeout_ms=TIMEOUT_MS
         )
         assert config.transactional_id is not None
         self.tid = config.transactional_id
-        self.producer = StreamsProducer(app.transport(), config)
+        self.producer = StreamsProducer(
+            self.app.transport(), config, left_open_file=self.left_open_file
+        )
         self.partition = self.node = self.pid = self.epoch = -1
         self.admin: OpsAdmin
 
@@ -195,6 +207,72 @@ async def test_a_partition_still_leaderless_at_the_recreate_is_checked_once_it_i
         assert producer.left_open_aborted == 1
         assert producer.unchecked_left_open == []
         assert await scene.process_again() == [b"processed again"]
+    finally:
+        if not restarted:
+            await scene.restart_node()
+        await scene.close()
+
+
+async def test_a_worker_restarted_on_its_state_directory_aborts_what_it_left_open_first(
+    kafka_cluster: EmbeddedKafka, unique: str, tmp_path: Path
+) -> None:
+    """The worker gives up on the check (its deadline passes with the node still down) and
+    stops; it is restarted on the same state directory (as `worker --processes` and process
+    managers do): the same transactional id, so the same producer id. Its producer's
+    InitProducerId bumps the epoch, but the state directory's left-open.json still lists the
+    partition with the epoch that wrote the records, whose leader still has that epoch for our
+    producer id: the restarted worker aborts them before its first transaction, which writes to
+    that partition (before: it knew nothing of them, and that commit committed them too)."""
+    state = tmp_path / "state"
+    scene = _Scene(kafka_cluster, unique, state)
+    file = scene.left_open_file
+    assert file is not None
+    await scene.open()
+    restarted = False
+    try:
+        await scene.leave_open()
+        group = GroupMetadata(f"skipped-{unique}", 1, "member-1")
+        with pytest.raises(TransactionTimedOutError):
+            await scene.producer.commit({TopicPartition(scene.topic, scene.partition): 1}, group)
+        scene.producer.left_open_deadline = 2  # the node stays down longer: the worker stops
+        with pytest.raises(TransactionLeftOpenError, match=str(file.path)):
+            await scene.producer.recreate()
+        # The group's __consumer_offsets partition answered; the data partition did not.
+        assert [(e.tp, e.producer_id, e.producer_epoch) for e in file.load()] == [
+            (TopicPartition(scene.topic, scene.partition), scene.pid, scene.epoch)
+        ]
+        await scene.producer.stop()  # the process ends
+
+        await scene.restart_node()
+        restarted = True
+        await scene.assert_left_open()  # the broker did skip the marker: the records are open
+
+        # The restarted worker: its one agent processes the input again, into that partition.
+        app = scene.app
+        source = app.topic(f"in-{unique}", value_serializer="raw")
+        sink = app.topic(scene.topic, value_serializer="raw")
+
+        @app.agent(source)
+        async def again(stream):  # type: ignore[no-untyped-def]
+            async for value in stream:
+                await sink.send(key=b"k", value=value, partition=scene.partition)
+
+        async with running_worker(app, state) as worker:
+            assert worker.producer.left_open_aborted == 1  # at start, before any transaction
+            identity = worker.producer.client.producer_identity()  # type: ignore[attr-defined]
+            assert identity[0] == scene.pid and identity[1] > scene.epoch
+            assert not file.path.exists()
+            async with app.producer() as producer:
+                await producer.send(source, value=b"processed again")
+
+            async def committed() -> list[bytes | None]:
+                read = await read_topics(
+                    scene.bootstrap, [scene.topic], partitions={scene.topic: [scene.partition]}
+                )
+                return [r.value for r in read[scene.topic]]
+
+            await wait_until(committed, timeout=60, interval=0.2)
+            assert await committed() == [b"processed again"]
     finally:
         if not restarted:
             await scene.restart_node()

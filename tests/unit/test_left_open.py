@@ -14,14 +14,20 @@ tests/runtime/test_skipped_marker.py.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 from collections.abc import Callable, Collection
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from aiokafka import errors as aerrors
 
+from streams_app.errors import StateDirectoryError
 from streams_app.runtime import producer as producer_module
 from streams_app.runtime.commit import Committer
+from streams_app.runtime.left_open_file import LEFT_OPEN_FILE, LeftOpenFile
 from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.worker.rebalance import RebalanceListener
 from streams_app.transport.base import (
@@ -33,13 +39,16 @@ from streams_app.transport.base import (
     TopicPartition,
 )
 from streams_app.transport.errors import (
+    AbortedByCoordinatorError,
     CommitFailedError,
     CommitOutcomeUnknownError,
+    ProducerFencedError,
     SendFailedError,
     TransactionLeftOpenError,
+    TransactionTimedOutError,
     TransportError,
 )
-from streams_app.transport.kafka import _where
+from streams_app.transport.kafka import KafkaProducerClient, _where
 from tests.unit.test_commit_order import RecordingClient, RecordingTransport
 
 GROUP = GroupMetadata("g", 3, "member-1")
@@ -54,6 +63,7 @@ class _Client(RecordingClient):
     epochs = 0
     checked: list[list[LeftOpen]] = []
     fail_end_txn = False
+    aborted_at_end_txn = False
     fail_offsets = False
     answer: Callable[[list[LeftOpen]], Any] | None = None
 
@@ -84,6 +94,8 @@ class _Client(RecordingClient):
         await super().commit_transaction()
         if _Client.fail_end_txn:
             raise TransportError("no answer to EndTxn (injected)")
+        if _Client.aborted_at_end_txn:
+            raise AbortedByCoordinatorError("INVALID_TXN_STATE on EndTxn (injected)")
 
 
 class _Transport(RecordingTransport):
@@ -91,12 +103,25 @@ class _Transport(RecordingTransport):
         return _Client(self.calls)
 
 
-@pytest.fixture
-async def producer(monkeypatch: pytest.MonkeyPatch) -> StreamsProducer:
+def _reset(monkeypatch: pytest.MonkeyPatch) -> None:
     _Client.epochs, _Client.checked, _Client.answer = 0, [], None
-    _Client.fail_end_txn = _Client.fail_offsets = False
+    _Client.fail_end_txn = _Client.fail_offsets = _Client.aborted_at_end_txn = False
     monkeypatch.setattr(producer_module, "LEFT_OPEN_FIRST_BACKOFF_S", 0.01)
     monkeypatch.setattr(producer_module, "LEFT_OPEN_MAX_BACKOFF_S", 0.02)
+
+
+def _published(producer: StreamsProducer) -> bool:
+    """Does the producer take sends yet?"""
+    try:
+        producer.client  # noqa: B018
+    except RuntimeError:
+        return False
+    return True
+
+
+@pytest.fixture
+async def producer(monkeypatch: pytest.MonkeyPatch) -> StreamsProducer:
+    _reset(monkeypatch)
     made = StreamsProducer(_Transport(), ProducerConfig(transactional_id="tx"))  # type: ignore[arg-type]
     await made.start()
     return made
@@ -152,11 +177,7 @@ async def test_a_partition_without_an_answer_is_asked_again_and_the_others_count
     published_during_check: list[bool] = []
 
     def answer(entries: list[LeftOpen]) -> LeftOpenCheck:
-        try:
-            producer.client  # noqa: B018 - is a client published yet?
-            published_during_check.append(True)
-        except RuntimeError:
-            published_during_check.append(False)
+        published_during_check.append(_published(producer))
         if len(_Client.checked) <= 2:
             return LeftOpenCheck(unanswered={e: "no leader" for e in entries if e.tp == OUT1})
         return LeftOpenCheck(aborted={e: 40 for e in entries})
@@ -307,3 +328,197 @@ async def test_revocation_does_not_swallow_a_transaction_left_open() -> None:
     with pytest.raises(TransactionLeftOpenError):
         await listener.on_partitions_revoked({TopicPartition("in", 0)})
     assert producer.recreates == 0
+
+
+# -- the entries outlive the process (review 2.2c) ----------------------------------------
+
+
+async def test_entries_are_kept_on_disk_and_a_new_process_checks_them_before_its_first_send(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker stops on TransactionLeftOpenError (or is killed after giving up): the entries
+    are in the state directory from the moment they were added, and the next process with the
+    same state directory (same transactional id) checks them before it takes a send. Once
+    answered, the file is gone."""
+    file = LeftOpenFile(tmp_path / LEFT_OPEN_FILE)
+    _reset(monkeypatch)
+    config = ProducerConfig(transactional_id="tx")
+    first = StreamsProducer(_Transport(), config, left_open_file=file)  # type: ignore[arg-type]
+    await first.start()
+    assert not file.path.exists()
+
+    on_disk_during_check: list[set[LeftOpen]] = []
+
+    def unanswered(entries: list[LeftOpen]) -> LeftOpenCheck:
+        on_disk_during_check.append(file.load())
+        return LeftOpenCheck(unanswered={e: "no leader" for e in entries if e.tp == OUT1})
+
+    _Client.answer = unanswered
+    first.left_open_deadline = 0.2
+    await _write(first)
+    with pytest.raises(TransactionLeftOpenError, match=str(file.path)):
+        await first.recreate()
+    # Written before the first round (a crash then would not forget them), then rewritten to
+    # what is still unanswered (out[2] answered: nothing open there).
+    assert on_disk_during_check[0] == {LeftOpen(OUT1, 7, 1), LeftOpen(OUT2, 7, 1)}
+    assert file.load() == {LeftOpen(OUT1, 7, 1)}
+    assert json.loads(file.path.read_text())["transactional_id"] == "tx"
+    await first.stop()
+
+    # The restart: a new producer, the same state directory. Its InitProducerId is epoch 3;
+    # the entry keeps the epoch that wrote the records (1), and is checked before publishing.
+    published_during_check: list[bool] = []
+
+    def answer(entries: list[LeftOpen]) -> LeftOpenCheck:
+        published_during_check.append(_published(second))
+        return LeftOpenCheck(aborted={e: 40 for e in entries})
+
+    _Client.answer = answer
+    second = StreamsProducer(_Transport(), config, left_open_file=file)  # type: ignore[arg-type]
+    await second.start()
+    assert _Client.checked[-1] == [LeftOpen(OUT1, 7, 1)]
+    assert published_during_check == [False]
+    assert second.left_open_aborted == 1
+    assert second.unchecked_left_open == []
+    assert not file.path.exists()
+    await second.maybe_begin()
+    assert second.in_transaction
+
+
+async def test_a_start_whose_check_cannot_finish_stops_and_keeps_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = LeftOpenFile(tmp_path / LEFT_OPEN_FILE)
+    file.save({LeftOpen(OUT1, 7, 1)})
+    _reset(monkeypatch)
+    _Client.answer = lambda entries: LeftOpenCheck(unanswered={e: "no leader" for e in entries})
+    made = StreamsProducer(
+        _Transport(),  # type: ignore[arg-type]
+        ProducerConfig(transactional_id="tx"),
+        left_open_file=file,
+    )
+    made.left_open_deadline = 0.1
+    with pytest.raises(TransactionLeftOpenError, match=r"out\[1\]"):
+        await made.start()
+    assert not _published(made)
+    assert file.load() == {LeftOpen(OUT1, 7, 1)}  # the next restart asks again
+
+
+def test_the_file_is_written_whole_and_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = LeftOpenFile(tmp_path / LEFT_OPEN_FILE)
+    assert file.load() == set()
+    entries = {LeftOpen(OUT1, 7, 1), LeftOpen(GROUP_OFFSETS, 7, 1, "g")}
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    file.save(entries, "tx")
+    assert file.load() == entries
+    assert len(synced) == 2  # the temporary file before the rename, the directory after
+
+    # A crash before the rename leaves the old list whole (the temporary file is ignored).
+    def crash(src: object, dst: object) -> None:
+        raise KeyboardInterrupt  # the process dies here
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        file.save({LeftOpen(OUT2, 7, 2)})
+    assert file.load() == entries
+    monkeypatch.undo()
+
+    file.save(set())  # all answered: no file
+    assert not file.path.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{LEFT_OPEN_FILE}.tmp"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        '{"version": 1, "entries": [{"topic": "out"}]}',
+        '{"version": 1, "entries": [{"topic": "out", "partition": "1", "producer_id": 7, '
+        '"producer_epoch": 1}]}',
+        '{"version": 99, "entries": []}',
+        "",
+    ],
+)
+def test_a_file_that_cannot_be_read_stops_the_worker_naming_it_and_the_fix(
+    tmp_path: Path, content: str
+) -> None:
+    file = LeftOpenFile(tmp_path / LEFT_OPEN_FILE)
+    file.path.write_text(content)
+    with pytest.raises(TransactionLeftOpenError) as raised:
+        file.load()
+    message = str(raised.value)
+    assert f"cannot read {file.path}" in message
+    assert "txn hanging --abort" in message and f"delete {file.path}" in message
+
+
+def test_a_file_that_cannot_be_written_names_the_state_directory(tmp_path: Path) -> None:
+    file = LeftOpenFile(tmp_path / "missing" / LEFT_OPEN_FILE)
+    with pytest.raises(StateDirectoryError, match=r"missing: cannot write left-open\.json"):
+        file.save({LeftOpen(OUT1, 7, 1)})
+
+
+# -- INVALID_TXN_STATE on EndTxn(commit) is a known abort (review 2.5) ---------------------
+
+
+async def test_an_end_txn_answered_invalid_txn_state_is_a_known_abort_and_checked(
+    producer: StreamsProducer,
+) -> None:
+    """Under transaction version 2 the coordinator answers a commit on a transaction it had
+    aborted (and bumped the epoch of) INVALID_TXN_STATE, never a committed one's: the EndTxn
+    went out, but nothing committed, so the partitions are checked like any given up (before:
+    taken for an unknown outcome, and left alone)."""
+    await _write(producer)
+    _Client.aborted_at_end_txn = True
+    with pytest.raises(AbortedByCoordinatorError) as raised:  # young: another producer's doing
+        await producer.commit({TopicPartition("in", 0): 5}, GROUP)
+    assert isinstance(raised.value, ProducerFencedError)  # the worker rejoins, as after fencing
+    assert not isinstance(raised.value, CommitOutcomeUnknownError)
+    await producer.recreate()
+    assert _Client.checked == [
+        [LeftOpen(GROUP_OFFSETS, 7, 1, "g"), LeftOpen(OUT1, 7, 1), LeftOpen(OUT2, 7, 1)]
+    ]
+    assert producer.left_open_aborted == 1
+
+
+async def test_a_timed_out_transaction_answered_invalid_txn_state_is_rewound_not_migrated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Older than the transaction timeout: the coordinator timed it out. A known abort, as
+    when the timeout is found before EndTxn: rewind and retry, the tasks kept (not
+    CommitTimedOutError, whose outcome is unknown)."""
+    _reset(monkeypatch)
+    made = StreamsProducer(
+        _Transport(),  # type: ignore[arg-type]
+        ProducerConfig(transactional_id="tx", transaction_timeout_ms=0),
+    )
+    await made.start()
+    await _write(made)
+    _Client.aborted_at_end_txn = True
+    with pytest.raises(TransactionTimedOutError) as raised:
+        await made.commit({TopicPartition("in", 0): 5}, GROUP)
+    assert not isinstance(raised.value, CommitOutcomeUnknownError | ProducerFencedError)
+    await made.recreate()
+    assert [e.tp for e in _Client.checked[0]] == [GROUP_OFFSETS, OUT1, OUT2]
+
+
+async def test_the_transport_tells_invalid_txn_state_on_end_txn_from_a_fencing() -> None:
+    class _Producer:
+        fatal_error = None
+
+        async def commit_transaction(self) -> None:
+            raise self.error
+
+    client = KafkaProducerClient("127.0.0.1:1", ProducerConfig(transactional_id="t"), {})
+    fake = _Producer()
+    client._producer = fake  # type: ignore[assignment]
+    fake.error = aerrors.InvalidTxnState()
+    with pytest.raises(AbortedByCoordinatorError, match="INVALID_TXN_STATE"):
+        await client.commit_transaction()
+    fake.error = aerrors.ProducerFenced()
+    with pytest.raises(ProducerFencedError) as raised:
+        await client.commit_transaction()
+    assert not isinstance(raised.value, AbortedByCoordinatorError)

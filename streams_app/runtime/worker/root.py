@@ -48,6 +48,7 @@ from streams_app.runtime.gc_tuning import young_generation
 from streams_app.runtime.global_tables import GlobalTables
 from streams_app.runtime.joins.runtime import JoinRuntime
 from streams_app.runtime.lag import running_lag
+from streams_app.runtime.left_open_file import LEFT_OPEN_FILE, LeftOpenFile
 from streams_app.runtime.measured_commit import MeasuredCommitter
 from streams_app.runtime.metrics import WorkerMetrics
 from streams_app.runtime.pacing import FetchPacer
@@ -411,6 +412,8 @@ class Worker:
             guarantees.producer_config(conf, directory.process_id),
             clock=self.clock,
             reconnect=self.safeguards.reconnect,  # outages: recreating it waits for the cluster
+            # What a previous process here gave up and could not check yet: start() checks it.
+            left_open_file=LeftOpenFile(directory.path / LEFT_OPEN_FILE),
         )
         await producer.start()  # exactly-once: fences our previous incarnation
         opened.push_async_callback(_quietly, producer.stop)
