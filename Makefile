@@ -30,7 +30,7 @@ demo: setup
 
 ## test: the whole suite against real brokers (single node, 3-node cluster, Spark, PostgreSQL)
 test: setup
-	$(BIN)/python -m pytest --test-summary=test-results.json $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --lanes --test-summary=test-results.json $(PYTEST_ARGS)
 
 ## test-long: the cases marked `long`, left out of `make test`: further real-broker cases of
 ## capabilities `make test` covers (more kills, more records, other guarantees) and runs too long

@@ -7,7 +7,12 @@ from which ``make readme-figures`` regenerates the README's (tests/figures.py).
 ``--long=no|also|only``: the cases marked ``long`` (a further real-broker case of a capability
 that ``make test`` already covers on a real broker, or a run too long for it) are left out of a
 plain run (``make test``), run as well (``also``), or alone (``only``: ``make test-long``). They
-are deselected, not skipped: a left-out case is never reported as a pass or a skip."""
+are deselected, not skipped: a left-out case is never reported as a pass or a skip.
+
+``--lanes`` with ``-n 2`` (``make test``; pytest-xdist): two lanes (tests/lanes.py). One worker
+runs every case in collection order, as a plain ``pytest`` run does; the other runs, beside it,
+the few cases that spend minutes waiting on purpose. A plain ``pytest`` (no ``-n``) runs
+everything in one process."""
 
 from __future__ import annotations
 
@@ -37,6 +42,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="no",
         help="the cases marked `long` (make test-long): left out (no, the default: make test), "
         "run as well (also), or alone (only)",
+    )
+    parser.addoption(
+        "--lanes",
+        action="store_true",
+        help="with -n 2 (make test): the cases that mostly wait run beside the rest "
+        "(tests/lanes.py)",
     )
 
 
@@ -92,6 +103,29 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     figures.item_started(item)
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items:
+        figures.deselected(items[0].config, len(items))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    figures.worker_finished(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hooks
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if not config.getoption("--lanes"):
+        return None
+    from tests.lanes import LaneScheduling
+
+    return LaneScheduling(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)  # a worker's figures reach the run's summary
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    figures.worker_figures(node.config, getattr(node, "workeroutput", {}))
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -44,9 +44,11 @@ COMPONENTS: dict[str, tuple[frozenset[str], str | None]] = {
 }
 
 _STARTED = pytest.StashKey[tuple[float, float]]()
-_USES = pytest.StashKey[dict[str, list[str]]]()
 _STARTUP = pytest.StashKey[dict[str, dict[str, float]]]()
 _LONG_LEFT_OUT = pytest.StashKey[int]()
+_DESELECTED = pytest.StashKey[int]()
+#: The key of a pytest-xdist worker's figures in its ``workeroutput``.
+WORKER_KEY = "streams_app_figures"
 
 
 # -- during the run (called from tests/conftest.py) ------------------------------------------
@@ -54,7 +56,6 @@ _LONG_LEFT_OUT = pytest.StashKey[int]()
 
 def session_started(config: pytest.Config) -> None:
     config.stash[_STARTED] = (time.time(), time.monotonic())
-    config.stash[_USES] = {}
     config.stash[_STARTUP] = {}
 
 
@@ -66,13 +67,48 @@ def item_started(item: pytest.Item) -> None:
         for name, (names, marker) in COMPONENTS.items()
         if fixtures & names or (marker is not None and item.get_closest_marker(marker))
     ]
-    item.config.stash.setdefault(_USES, {})[item.nodeid] = uses
+    # Travels with the test's reports: under pytest-xdist the run's summary is written by the
+    # controller, which never sees a worker's stash.
+    item.user_properties.append(("real_components", uses))
 
 
 def long_cases_left_out(config: pytest.Config, count: int) -> None:
     """``make test`` leaves out the ``long`` cases (``make test-long`` runs them): deselected,
     but the run is still the whole of ``make test``."""
     config.stash[_LONG_LEFT_OUT] = count
+
+
+def deselected(config: pytest.Config, count: int) -> None:
+    """Cases deselected in this process (by ``--long``, ``-k``, ``-m``): counted here because
+    under pytest-xdist the controller's report does not count what its workers deselected."""
+    config.stash[_DESELECTED] = config.stash.get(_DESELECTED, 0) + count
+
+
+def worker_finished(config: pytest.Config) -> None:
+    """In a pytest-xdist worker: hand this process's figures to the controller."""
+    output = getattr(config, "workeroutput", None)
+    if output is None:
+        return
+    from streams_app.testing.plugin import startup_timings
+
+    output[WORKER_KEY] = json.dumps(
+        {
+            "startup_seconds": {**startup_timings(config), **config.stash.get(_STARTUP, {})},
+            "long_cases_left_out": config.stash.get(_LONG_LEFT_OUT, 0),
+            "deselected": config.stash.get(_DESELECTED, 0),
+        }
+    )
+
+
+def worker_figures(config: pytest.Config, output: dict[str, Any]) -> None:
+    """In the controller: merge a worker's figures. Every worker collects the whole suite and
+    deselects the same cases, so the counts are the largest any worker saw, not their sum."""
+    if WORKER_KEY not in output:
+        return
+    figures = json.loads(output[WORKER_KEY])
+    config.stash.setdefault(_STARTUP, {}).update(figures["startup_seconds"])
+    for key, name in ((_LONG_LEFT_OUT, "long_cases_left_out"), (_DESELECTED, "deselected")):
+        config.stash[key] = max(config.stash.get(key, 0), figures[name])
 
 
 def record_startup(config: pytest.Config, component: str, **seconds: float) -> None:
@@ -132,11 +168,14 @@ def write_summary(
     stats = terminalreporter.stats
     names = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "deselected")
     outcomes = {name: len(stats.get(name, ())) for name in names}
-    uses = config.stash.get(_USES, {})
-    passed = {report.nodeid for report in stats.get("passed", ())}
-    real = {"any": sum(1 for nodeid in passed if uses.get(nodeid))}
+    outcomes["deselected"] = max(outcomes["deselected"], config.stash.get(_DESELECTED, 0))
+    uses = {
+        report.nodeid: dict(report.user_properties).get("real_components", [])
+        for report in stats.get("passed", ())
+    }
+    real = {"any": sum(1 for components in uses.values() if components)}
     for component in COMPONENTS:
-        real[component] = sum(1 for nodeid in passed if component in uses.get(nodeid, ()))
+        real[component] = sum(1 for components in uses.values() if component in components)
     started, clock = config.stash.get(_STARTED, (time.time(), time.monotonic()))
     why = _why_partial(config, outcomes)
     summary = {

@@ -123,9 +123,8 @@ def network_config(seed: int, tmp_path: Path, **overrides: object) -> ChaosConfi
 @pytest.mark.cluster
 @pytest.mark.network
 @pytest.mark.slow
-# make test-long (2.5 min): make test keeps the probe of each network fault kind on the
-# networked cluster (tests/chaos/test_partitions.py), under its 20-minute limit.
-@pytest.mark.long
+# In make test's side lane (tests/conftest.py), beside the rest: about 2.5 min, most of it
+# spent holding faults and waiting for processing to resume.
 async def test_streams_app_keeps_exactly_once_through_every_kind_of_network_fault(
     networked_kafka_cluster: EmbeddedKafka, tmp_path: Path
 ) -> None:

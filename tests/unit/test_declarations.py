@@ -40,7 +40,11 @@ MISSPELT: list[tuple[str, Callable[[App], Any], str, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("what", "declare", "wrong", "right"), MISSPELT, ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    ("what", "declare", "wrong", "right"),
+    MISSPELT,
+    ids=[f"{what}-{wrong}" for what, _, wrong, _ in MISSPELT],
+)
 def test_a_misspelt_keyword_is_refused_naming_the_closest(
     what: str, declare: Callable[[App], Any], wrong: str, right: str
 ) -> None:
