@@ -260,6 +260,9 @@ class ProducerState:
     epoch: int
     timeout: float
     current: Transaction | None = None
+    #: The epoch whose transaction the coordinator timed out (and bumped past): its EndTxn
+    #: (commit) is answered INVALID_TXN_STATE, as Kafka 4.3 answers it under version 2.
+    timed_out_epoch: int | None = None
 
 
 class MemoryKafka:
@@ -426,6 +429,7 @@ class MemoryKafka:
         if txn.state != "open" or state.current is not txn:
             return
         self.end_transaction(txn, commit=False)
+        state.timed_out_epoch = state.epoch
         state.epoch += 1
 
     def add_offsets(

@@ -38,6 +38,7 @@ from streams_app.transport.base import (
     TopicSpec,
 )
 from streams_app.transport.errors import (
+    AbortedByCoordinatorError,
     CommitFailedError,
     ProducerFencedError,
     SendFailedError,
@@ -761,6 +762,17 @@ class MemoryProducer(_Client):
         try:
             state = self.broker.check_epoch(tid, self.producer_id, self.epoch)
         except ProducerFencedError as exc:
+            known = self.broker.producers.get(tid)
+            timed_out = (
+                known is not None
+                and known.producer_id == self.producer_id
+                and known.timed_out_epoch == self.epoch
+            )
+            if commit and timed_out:  # the coordinator aborted it: a known abort
+                exc = AbortedByCoordinatorError(
+                    f"{exc} (EndTxn(commit) answered INVALID_TXN_STATE: the coordinator had "
+                    "aborted the transaction)"
+                )
             raise self._fence(exc) from None
         if state.current is not None:
             self.broker.end_transaction(state.current, commit=commit)
