@@ -365,9 +365,9 @@ class StreamsProducer:
                 why = {entry: "no answer before the deadline" for entry in self._unchecked}
             else:
                 self._aborted_left_open(check.aborted)
-                answered = set(check.unanswered)
-                if answered != self._unchecked:
-                    self._unchecked = answered
+                remaining = set(check.unanswered)
+                if remaining != self._unchecked:
+                    self._unchecked = remaining
                     self._persist()
                 why = check.unanswered
             if not self._unchecked:

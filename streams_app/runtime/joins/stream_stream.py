@@ -422,7 +422,7 @@ class StreamStreamProcessor(JoinProcessor):
 
     async def after_batch(self, task: Task) -> None:
         if self.join.stores["left"].name not in task.tables:
-            return  # no record of the join in this task since its last commit or abort
+            return  # no record of the join in this task yet: its stores are not open
         state: StreamStreamJoinState = self.state(task)
         state.expire()
 

@@ -51,7 +51,7 @@ class RebalanceListener:
                     raise RuntimeError("agents are not idle")
                 await worker.collector.flush_soon()
                 await committer.commit()
-            except Exception as exc:  # never raise into the client: abort instead
+            except Exception as exc:  # abort instead: only a check left unanswered raises
                 log.warning("commit on revocation failed (%s); aborting", type(exc).__name__)
                 try:
                     # Busy agents are stopped, or they would send into the aborted transaction.
