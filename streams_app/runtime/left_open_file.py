@@ -17,20 +17,19 @@ The entry's epoch is the one the given-up transaction wrote with: the restarted 
 InitProducerId bumps its epoch, but the partition's leader still has the old one for our
 producer id (nothing newer was written there), and accepts an ABORT marker at that epoch.
 
-Written like the process id: a temporary file, fsynced, renamed over the old one, the
-directory fsynced; a crash leaves the old list or the new one, never half of one.
+Written like the process id (:func:`~streams_app.state.directory.write_durably`): a crash
+leaves the old list or the new one, never half of one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from streams_app.errors import StateDirectoryError
+from streams_app.state.directory import fsync_directory, write_durably
 from streams_app.transport.base import LeftOpen, TopicPartition
 from streams_app.transport.errors import TransactionLeftOpenError
 
@@ -68,9 +67,9 @@ class LeftOpenFile:
                 if not self.path.exists():
                     return
                 self.path.unlink()
+                fsync_directory(directory)
             else:
-                self._replace(entries, transactional_id)
-            _fsync_directory(directory)
+                write_durably(self.path, self._document(entries, transactional_id))
         except OSError as exc:
             raise StateDirectoryError(
                 str(directory),
@@ -81,7 +80,7 @@ class LeftOpenFile:
                 "checked)",
             ) from exc
 
-    def _replace(self, entries: Collection[LeftOpen], transactional_id: str | None) -> None:
+    def _document(self, entries: Collection[LeftOpen], transactional_id: str | None) -> str:
         document = {
             "version": _VERSION,
             "transactional_id": transactional_id,
@@ -96,13 +95,7 @@ class LeftOpenFile:
                 for e in sorted(entries)
             ],
         }
-        tmp = self.path.with_name(f"{self.path.name}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(document, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        return json.dumps(document, indent=1) + "\n"
 
     def _unreadable(self, problem: str) -> TransactionLeftOpenError:
         return TransactionLeftOpenError(
@@ -128,13 +121,3 @@ def _entries(document: Any) -> set[LeftOpen]:
             raise ValueError(f"malformed entry {item!r}")
         found.add(LeftOpen(TopicPartition(topic, partition), pid, epoch, group))
     return found
-
-
-def _fsync_directory(directory: Path) -> None:
-    """The rename or the removal survives a crash of the machine."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        with contextlib.suppress(OSError):  # some file systems refuse fsync on a directory
-            os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -109,19 +109,9 @@ class StateDirectory:
             existing = ""
         if _PROCESS_ID.match(existing):
             return existing
-        # Written to a temporary file and renamed, so a crash leaves either no id or a whole one.
+        # Written durably, so a crash leaves either no id or a whole one.
         process_id = uuid.uuid4().hex
-        tmp = path.with_name(f"{PROCESS_ID_FILE}.tmp")
-        with open(tmp, "w") as f:
-            f.write(process_id + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_durably(path, process_id + "\n")
         return process_id
 
     @property
@@ -164,3 +154,26 @@ class StateDirectory:
 
     def __repr__(self) -> str:
         return f"StateDirectory({str(self.path)!r}, process_id={self.process_id!r})"
+
+
+def write_durably(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that a crash, of the process or of the machine, leaves
+    the old file or the new one, never half of one: a temporary file, fsynced, renamed over
+    it, the directory fsynced (the files of the state directory that outlive a process)."""
+    tmp = path.with_name(f"{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    """A rename or a removal in ``directory`` survives a crash of the machine."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        with contextlib.suppress(OSError):  # some file systems refuse fsync on a directory
+            os.fsync(fd)
+    finally:
+        os.close(fd)
