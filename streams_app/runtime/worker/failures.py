@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from streams_app.errors import WorkerStopped
 from streams_app.runtime.actor import AgentRunner
+from streams_app.runtime.commit import MIGRATED
 from streams_app.runtime.dead_letters import DeadLetter, DeadLetters
 from streams_app.runtime.errors_policy import Decision, ErrorPolicy, Failure, is_bad_record
 from streams_app.runtime.measured_commit import MeasuredCommitter
@@ -33,9 +34,21 @@ from streams_app.runtime.timers import TimerScheduler
 from streams_app.runtime.worker.collector import RecordCollector
 from streams_app.runtime.worker.flow import FlowControl
 from streams_app.settings import AT_MOST_ONCE, Settings
-from streams_app.transport.errors import TransportError, is_record_rejected
+from streams_app.transport.errors import (
+    FatalProducerError,
+    TransactionLeftOpenError,
+    TransportError,
+    is_record_rejected,
+)
 
 log = logging.getLogger(__name__)
+
+
+def _not_the_records(error: BaseException) -> bool:
+    """A failure of the producer under the agent's send (fenced, timed out by the coordinator,
+    the group moved on), not of the record. A send that failed otherwise (a record refused,
+    a topic missing) stays the record's, for the error policy."""
+    return isinstance(error, (*MIGRATED, FatalProducerError))
 
 
 class AgentFailed(Exception):
@@ -109,6 +122,22 @@ class FailureHandler:
         Retried records pause only their own partition for the backoff: every other partition
         is processed and committed meanwhile (see :mod:`streams_app.runtime.errors_policy`).
         """
+        for failure in failures:
+            if isinstance(failure.error, TransactionLeftOpenError):
+                raise failure.error  # records given up may be open: the worker stops
+        broken = next((f.error for f in failures if _not_the_records(f.error)), None)
+        if broken is not None:
+            # The producer failed under an agent's send (fenced, timed out, the group moved
+            # on): the transaction's failure, as Kafka Streams takes it (a task migration),
+            # not the record's. Counted against the record, its retries would run into the
+            # same broken producer and end in the dead-letter topic: a good record lost (the
+            # short networked chaos run, seed 739716).
+            if isinstance(broken, MIGRATED):
+                await self.on_migrated(broken)
+            else:
+                assert isinstance(broken, TransportError)
+                await self.on_transaction_failure(broken)
+            return
         decisions = [(failure, self.policy.decide(failure)) for failure in failures]
         for failure, decision in decisions:
             if is_bad_record(failure.error) and decision is Decision.DEAD_LETTER:
