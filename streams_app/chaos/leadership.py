@@ -24,6 +24,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.protocol.admin import AlterPartitionReassignmentsRequest
 from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.protocol.types import (
     CompactArray,
     CompactString,
@@ -109,6 +110,23 @@ def _leaders(described: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str,
     return {(t["topic"], p["partition"]): p for t in described for p in t["partitions"]}
 
 
+async def _avoided_anywhere(
+    admin: AIOKafkaAdminClient, topics: Collection[str], avoid: set[int]
+) -> int:
+    """Partitions of ``topics`` that some broker's metadata still shows led by ``avoid``.
+
+    Each broker holds its own copy of the metadata log and applies the new leaders when it gets
+    there, so one broker can answer with the new leader while another still names the old one.
+    A client asks whichever broker it picks; only when every broker agrees is the move done.
+    """
+    still: set[tuple[str, int]] = set()
+    for broker in admin._client.cluster.brokers():
+        response = await admin._send_request(MetadataRequest(sorted(topics)), broker.nodeId)
+        view = _leaders(response.to_object()["topics"])
+        still |= {tp for tp, info in view.items() if info["leader"] in avoid}
+    return len(still)
+
+
 async def leaders(bootstrap: str, topics: Collection[str]) -> dict[tuple[str, int], int]:
     """Each partition of ``topics`` and the broker leading it now."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="chaos-leadership")
@@ -172,8 +190,7 @@ async def move_leaders_off(
                 for part in topic_result[1]:
                     if part[1] not in (0, ELECTION_NOT_NEEDED):
                         log.debug("electing %s[%d]: error %d %s", topic_result[0], *part[:3])
-            now = _leaders(await admin.describe_topics(sorted(topics)))
-            still = sum(1 for info in now.values() if info["leader"] in avoid)
+            still = await _avoided_anywhere(admin, topics, avoid)
             if still == 0 or time.monotonic() > deadline:
                 return sum(len(ps) for ps in wanted.values()), still
             await asyncio.sleep(0.5)  # the controller propagates the new leaders; no event
