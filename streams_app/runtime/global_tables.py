@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from streams_app.aio import cancel_and_wait
 from streams_app.runtime.joins.sources import restore_filter
 from streams_app.state.base import Store
-from streams_app.state.restore import Accept, restore_partitions
+from streams_app.state.restore import Accept, changelog_batch, restore_partitions
 from streams_app.topology.contract import MISSING
 from streams_app.transport.base import (
     AdminClient,
@@ -224,24 +224,12 @@ class GlobalTables:
     ) -> dict[bytes, bytes | None]:
         """What the store gets of a batch: its keyed records from the store's offset on,
         through the table's filter where the changelog is a source topic (module doc)."""
-        accept = self._filters.get(tp.topic)
         rejected = _Rejected()
-        writes: dict[bytes, bytes | None] = {}
-        for record in records:
-            key = record.key
-            if key is None or record.offset < stored:
-                continue
-            if accept is None:
-                value = record.value
-            else:
-                kept = accept(record)
-                if kept is None:
-                    rejected.add(record.offset)
-                    continue
-                key, value = kept
-            writes[key] = value  # later records overwrite: latest write wins
+        batch = changelog_batch(
+            records, self._filters.get(tp.topic), since=stored, rejected=rejected.add
+        )
         self._report(tp, rejected)
-        return writes
+        return batch.writes
 
     def lookup(self, table: TableLike, key: Any) -> Any:
         raw_key = table.key_codec.dumps(key)

@@ -49,7 +49,7 @@ from typing import Any
 from streams_app.aio import cancel_and_wait, within
 from streams_app.runtime.task import TaskId
 from streams_app.state.base import StorePartition
-from streams_app.state.restore import Accept, ChangelogOffsets, resume_offset
+from streams_app.state.restore import Accept, ChangelogOffsets, changelog_batch, resume_offset
 from streams_app.transport.base import ConsumerClient, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -347,28 +347,12 @@ class StandbyUpdater:
             records = [r for r in records if r.offset < limit]
             end = limit
             self.consumer.seek(tp, max(limit, stored or 0))
-        batch: dict[bytes, bytes | None] = {}
-        applied = 0
-        for record in records:
-            if stored is not None and record.offset < stored:
-                continue  # fetched before a re-seek: already applied
-            key = record.key
-            if key is None:
-                continue
-            if accept is not None:
-                # A source topic serving as changelog: what processing stored, as restore.
-                kept = accept(record)
-                if kept is None:
-                    continue  # processing dead-letters it: it changed nothing
-                key, value = kept
-            else:
-                value = record.value
-            batch[key] = value
-            applied += 1
+        # A source topic serving as changelog goes through ``accept``: what processing stored.
+        batch = changelog_batch(records, accept, since=stored)
         if stored is None or end > stored:
-            part.write(batch, end)
-            self.records_applied += applied
-            self._owner[tp].applied += applied
+            part.write(batch.writes, end)
+            self.records_applied += batch.kept
+            self._owner[tp].applied += batch.kept
 
     # -- source topics serving as changelogs: the committed offset as the limit -------------
 

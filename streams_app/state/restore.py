@@ -143,6 +143,53 @@ ProgressCallback = Callable[[TopicPartition, int, int], None]
 Accept = Callable[[RecordLike], "tuple[bytes, bytes | None] | None"]
 
 
+@dataclass
+class ChangelogBatch:
+    """What a store gets of a run of changelog records (:func:`changelog_batch`)."""
+
+    #: The latest value of each key (None: a tombstone), in the store's encoding.
+    writes: dict[bytes, bytes | None]
+    #: Records that went into ``writes`` (a key written twice counts twice).
+    kept: int
+    #: Records without a key: a changelog never has them, a source topic may (never stored).
+    keyless: int
+
+
+def changelog_batch(
+    records: Sequence[RecordLike],
+    accept: Accept | None,
+    *,
+    since: int | None = None,
+    rejected: Callable[[int], object] | None = None,
+) -> ChangelogBatch:
+    """Restore's, a standby's and a global table's one reading of changelog records: from
+    offset ``since`` on, the keyed ones, through ``accept`` where the changelog is a source
+    topic (what processing would have stored; the offset of one it refuses goes to
+    ``rejected``), the latest write of a key winning. One reading, so that the three
+    stores a changelog feeds hold what processing holds."""
+    writes: dict[bytes, bytes | None] = {}
+    kept = keyless = 0
+    for record in records:
+        if since is not None and record.offset < since:
+            continue  # fetched before a re-seek: already in the store
+        key = record.key
+        if key is None:
+            keyless += 1
+            continue
+        if accept is None:
+            value = record.value
+        else:
+            stored = accept(record)
+            if stored is None:  # processing dead-letters it: it changed nothing
+                if rejected is not None:
+                    rejected(record.offset)
+                continue
+            key, value = stored
+        writes[key] = value
+        kept += 1
+    return ChangelogBatch(writes, kept, keyless)
+
+
 def _name(tp: TopicPartition) -> str:
     return f"{tp[0]}[{tp[1]}]"
 
@@ -367,23 +414,10 @@ class _Run:
         # read its end (a previous owner still writing, a zombie's restore), and ``moved``
         # stores the consumer's position past them. Dropping them while storing that
         # position lost those writes (issue 38: the 10M networked chaos run).
-        accept = self.accept.get(tp)
-        batch: dict[bytes, bytes | None] = {}
-        for record in records:
-            key = record.key
-            if key is None:
-                self.keyless += 1
-                continue
-            if accept is not None:
-                stored = accept(record)
-                if stored is None:
-                    continue  # processing dead-lettered it: it changed nothing
-                batch[stored[0]] = stored[1]
-                self.counts[tp] += 1
-                continue
-            batch[key] = record.value  # later records overwrite: latest write wins
-            self.counts[tp] += 1
-        self.partitions[tp].write(batch, records[-1].offset + 1)
+        batch = changelog_batch(records, self.accept.get(tp))
+        self.keyless += batch.keyless
+        self.counts[tp] += batch.kept
+        self.partitions[tp].write(batch.writes, records[-1].offset + 1)
         self.unchecked[tp] += len(records)
         if (
             self.unchecked[tp] >= CHECKPOINT_RECORDS

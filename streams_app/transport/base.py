@@ -472,6 +472,11 @@ class LeftoverAbortingProducerClient(ProducerClient, Protocol):
         """The producer id and epoch of the open (or last) transaction; None before start."""
         ...
 
+    async def leaderless(self, partitions: Collection[TopicPartition]) -> set[TopicPartition]:
+        """Those of ``partitions`` that have no leader in freshly fetched metadata (one that
+        cannot be fetched counts as none: the caller then checks rather than trusts)."""
+        ...
+
     async def abort_left_open(
         self, left: Collection[LeftOpen], *, request_timeout_ms: int
     ) -> LeftOpenCheck:

@@ -921,6 +921,21 @@ class KafkaProducerClient:
             return None
         return self._producer.producer_id_and_epoch
 
+    async def leaderless(self, partitions: Collection[TopicPartition]) -> set[TopicPartition]:
+        wanted = set(partitions)
+        if not wanted or self._producer is None:
+            return wanted
+        client = self._producer.client
+        try:
+            async with asyncio.timeout(self._config.request_timeout_ms / 1000):
+                fetched = await client.force_metadata_update()
+        except Exception:
+            fetched = False
+        if not fetched:  # no fresh metadata: nobody can say the leaders are there
+            return wanted
+        cluster = client.cluster
+        return {tp for tp in wanted if cluster.leader_for_partition(_aio(tp)) in (None, -1)}
+
     async def abort_left_open(
         self, left: Collection[LeftOpen], *, request_timeout_ms: int
     ) -> LeftOpenCheck:

@@ -88,9 +88,10 @@ class _Scene:
         await self.admin.close()
         await self.producer.stop()
 
-    async def leave_open(self) -> None:
+    async def leave_open(self, *, time_out: bool = True) -> None:
         """A record in the open transaction; its node killed; the coordinator times the
-        transaction out while the partition has no leader. The node stays down."""
+        transaction out while the partition has no leader (unless not ``time_out``: the
+        transaction stays open, for the caller to end). The node stays down."""
         admin, producer, tid = self.admin, self.producer, self.tid
         coordinator = (await admin.describe_transactions([tid]))[tid]
         assert coordinator is not None
@@ -109,6 +110,8 @@ class _Scene:
             return await _leader(admin, self.topic, self.partition) < 0
 
         await wait_until(leaderless, timeout=60, interval=0.2)
+        if not time_out:
+            return
 
         async def timed_out() -> bool:
             found = (await admin.describe_transactions([tid]))[tid]
@@ -206,6 +209,44 @@ async def test_a_partition_still_leaderless_at_the_recreate_is_checked_once_it_i
                 recreating.cancel()
         assert producer.left_open_aborted == 1
         assert producer.unchecked_left_open == []
+        assert await scene.process_again() == [b"processed again"]
+    finally:
+        if not restarted:
+            await scene.restart_node()
+        await scene.close()
+
+
+async def test_an_answered_abort_whose_partition_has_no_leader_is_checked_before_the_next(
+    kafka_cluster: EmbeddedKafka, unique: str
+) -> None:
+    """The worker aborts (an agent's error, a revocation) and the coordinator answers; but the
+    partition the transaction wrote has no leader (its only replica's node is down), so the
+    coordinator skips its ABORT marker. The worker sees the partition leaderless after the
+    answer, recreates its producer and checks: the records are found open and aborted once the
+    node is back, and the next transaction commits only its own (before: the abort was taken
+    as done, and the next commit to the partition committed the aborted record too)."""
+    scene = _Scene(kafka_cluster, unique)
+    await scene.open()
+    restarted = False
+    try:
+        await scene.leave_open(time_out=False)
+        producer = scene.producer
+        producer.left_open_deadline = 180  # the node's restart, on a loaded machine
+        aborting = asyncio.create_task(producer.abort())
+        try:
+            # A round of the check found the partition without a leader: still aborting.
+            await wait_until(lambda: producer.left_open_checks >= 1, timeout=60, interval=0.1)
+            assert not aborting.done()
+            assert [e.tp.partition for e in producer.unchecked_left_open] == [scene.partition]
+            await scene.restart_node()
+            restarted = True
+            await asyncio.wait_for(aborting, timeout=120)
+        finally:
+            if not aborting.done():
+                aborting.cancel()
+        assert producer.transactions_aborted == 1 and producer.recreated == 1
+        # Found open: the broker had skipped the marker (the fault under test happened).
+        assert producer.left_open_aborted == 1
         assert await scene.process_again() == [b"processed again"]
     finally:
         if not restarted:

@@ -66,6 +66,8 @@ class _Client(RecordingClient):
     aborted_at_end_txn = False
     fail_offsets = False
     answer: Callable[[list[LeftOpen]], Any] | None = None
+    #: The partitions the (fresh) metadata shows without a leader.
+    no_leader: set[TopicPartition] = set()
 
     async def start(self) -> None:
         await super().start()
@@ -74,6 +76,15 @@ class _Client(RecordingClient):
 
     def producer_identity(self) -> tuple[int, int] | None:
         return 7, self.epoch
+
+    async def abort_transaction(self) -> None:
+        await super().abort_transaction()
+        # Transaction version 2: the answer to EndTxn carries the next epoch.
+        _Client.epochs += 1
+        self.epoch = _Client.epochs
+
+    async def leaderless(self, partitions: Collection[TopicPartition]) -> set[TopicPartition]:
+        return set(partitions) & _Client.no_leader
 
     async def abort_left_open(
         self, left: Collection[LeftOpen], *, request_timeout_ms: int
@@ -105,6 +116,7 @@ class _Transport(RecordingTransport):
 
 def _reset(monkeypatch: pytest.MonkeyPatch) -> None:
     _Client.epochs, _Client.checked, _Client.answer = 0, [], None
+    _Client.no_leader = set()
     _Client.fail_end_txn = _Client.fail_offsets = _Client.aborted_at_end_txn = False
     monkeypatch.setattr(producer_module, "LEFT_OPEN_FIRST_BACKOFF_S", 0.01)
     monkeypatch.setattr(producer_module, "LEFT_OPEN_MAX_BACKOFF_S", 0.02)
@@ -167,6 +179,42 @@ async def test_committed_or_aborted_transactions_leave_nothing_to_check(
     await producer.abort()  # answered: the coordinator ends it
     await producer.recreate()
     assert _Client.checked == []
+
+
+async def test_an_answered_abort_that_wrote_to_a_leaderless_partition_is_checked_first(
+    producer: StreamsProducer,
+) -> None:
+    """The coordinator answered the abort, but out[2] has no leader now: its marker may have
+    been skipped. The abort is given up like one the producer could not end: a new producer
+    (whose InitProducerId waits for the abort to finish, at a new epoch), and every partition
+    the transaction wrote checked, with the epoch that wrote them, before anything begins."""
+    published_during_check: list[bool] = []
+
+    def answer(entries: list[LeftOpen]) -> LeftOpenCheck:
+        published_during_check.append(_published(producer))
+        return LeftOpenCheck(aborted={e: 40 for e in entries if e.tp == OUT2})
+
+    _Client.answer, _Client.no_leader = answer, {OUT2}
+    await _write(producer)
+    await producer.abort()
+    assert _Client.checked == [[LeftOpen(OUT1, 7, 1), LeftOpen(OUT2, 7, 1)]]
+    assert published_during_check == [False]
+    assert producer.recreated == 1 and producer.left_open_aborted == 1
+    assert producer.transactions_aborted == 1
+    await producer.maybe_begin()
+    # Written with epoch 1; the abort's answer brought epoch 2, the new producer epoch 3.
+    assert producer.client.producer_identity() == (7, 3)  # type: ignore[attr-defined]
+
+
+async def test_an_answered_abort_whose_partitions_all_have_leaders_keeps_its_producer(
+    producer: StreamsProducer,
+) -> None:
+    _Client.no_leader = {TopicPartition("elsewhere", 0)}
+    await _write(producer)
+    await producer.abort()
+    assert _Client.checked == [] and producer.recreated == 0
+    await producer.abort()  # nothing open: nothing asked
+    assert producer.transactions_aborted == 1
 
 
 async def test_a_partition_without_an_answer_is_asked_again_and_the_others_count(
