@@ -618,6 +618,10 @@ class StreamsProducer:
                 return sent
         if self._open or (self._shipper is not None and not self._shipper.done()):
             await self._wait_shipped()  # keep the partition's order: buffered records first
+        if self._eos and partition is None and key is None and batcher is not None:
+            # Chosen here, so that the partition is known even if the send fails after it was
+            # appended (a transaction given up checks every partition it wrote).
+            partition = batcher.choose_partition(topic, None, None)
         future = await self.client.send(
             topic,
             key=key,

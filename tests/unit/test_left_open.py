@@ -217,6 +217,44 @@ async def test_an_answered_abort_whose_partitions_all_have_leaders_keeps_its_pro
     assert producer.transactions_aborted == 1
 
 
+class _Batching(_Client):
+    """With the batch path's partition choice: a keyless record goes to out[2]."""
+
+    def create_batch(self) -> Any:
+        raise AssertionError("a record larger than half a batch goes on its own")
+
+    async def send_batch(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a record larger than half a batch goes on its own")
+
+    def choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        return 2 if partition is None else partition
+
+    async def wait_for_topic(self, topic: str) -> None:
+        return None
+
+
+class _BatchingTransport(RecordingTransport):
+    def producer(self, config: ProducerConfig) -> _Batching:
+        return _Batching(self.calls)
+
+
+async def test_a_keyless_large_record_whose_send_failed_is_checked_where_it_went(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large record goes to the client one by one; keyless, its partition was learnt only
+    from a send that succeeded, so a transaction given up after it failed did not check it.
+    Now the partition is chosen before the send."""
+    _reset(monkeypatch)
+    producer = StreamsProducer(_BatchingTransport(), ProducerConfig(transactional_id="tx"))  # type: ignore[arg-type]
+    await producer.start()
+    large = b"x" * (producer._direct_bytes + 1)
+    future = await producer.send("out", key=None, value=large)
+    assert isinstance(future, asyncio.Future)
+    future.set_exception(aerrors.KafkaTimeoutError())  # appended, then failed
+    await producer.recreate()
+    assert _Client.checked == [[LeftOpen(OUT2, 7, 1)]]
+
+
 async def test_a_partition_without_an_answer_is_asked_again_and_the_others_count(
     producer: StreamsProducer,
 ) -> None:
