@@ -25,6 +25,13 @@ InitProducerId bumps the epoch again and it goes on. The one race, a departed pr
 in the milliseconds between the generation forming and the fence, costs that process one extra
 rejoin, never a duplicate.
 
+**Markers the abort missed.** The coordinator skips the ABORT marker of a partition that has
+no leader at that moment (Kafka 4.3; see
+:class:`~streams_app.transport.base.LeftoverAbortingProducerClient`). So the fence first asks the
+coordinator which partitions the departed worker's transaction was ongoing on (after the
+InitProducerId it has forgotten them), and once fenced asks those partitions whether the
+transaction is still open there, and aborts it where it is (:func:`_check_markers`).
+
 Kafka Streams does not do this (its new owners wait for the transaction timeout); it is what
 makes failover to a standby complete in about a second of the rebalance instead of waiting out
 ``transaction_timeout``.
@@ -60,6 +67,9 @@ from streams_app.runtime.stream_time import decode_metadata
 from streams_app.transport.base import (
     AdminClient,
     ConsumerClient,
+    LeftOpen,
+    LeftOpenCheck,
+    LeftoverAbortingProducerClient,
     ProducerConfig,
     TopicPartition,
     Transport,
@@ -70,6 +80,8 @@ log = logging.getLogger(__name__)
 
 #: Per id: bootstrap, InitProducerId (waits for the abort markers to be written), close.
 FENCE_TIMEOUT = 30.0
+#: Each request of the marker check after a fence.
+CHECK_REQUEST_TIMEOUT_MS = 5_000
 
 
 async def fence_transactional_ids(
@@ -166,9 +178,19 @@ async def _fence(transport: Transport, transactional_id: str, client_id: str) ->
     producer = transport.producer(
         ProducerConfig(transactional_id=transactional_id, client_id=client_id, linger_ms=0)
     )
+    checking = producer if isinstance(producer, LeftoverAbortingProducerClient) else None
     try:
         async with asyncio.timeout(FENCE_TIMEOUT):
+            ongoing = (
+                []
+                if checking is None
+                else await checking.left_open_before_start(
+                    request_timeout_ms=CHECK_REQUEST_TIMEOUT_MS
+                )
+            )
             await producer.start()  # InitProducerId: bumps the epoch, aborts the open txn
+        if checking is not None and ongoing:
+            await _check_markers(checking, transactional_id, ongoing)
         return transactional_id, True
     except Exception as exc:
         log.warning(
@@ -183,3 +205,43 @@ async def _fence(transport: Transport, transactional_id: str, client_id: str) ->
             await producer.stop()
         except Exception as exc:
             log.debug("closing a fencing producer failed: %s", type(exc).__name__)
+
+
+async def _check_markers(
+    producer: LeftoverAbortingProducerClient, transactional_id: str, ongoing: list[LeftOpen]
+) -> None:
+    """The departed worker's transaction the fence just aborted was ongoing on ``ongoing``;
+    the coordinator skips the ABORT marker of a partition without a leader at that moment (see
+    :class:`~streams_app.transport.base.LeftoverAbortingProducerClient`), and those records
+    would hold the partition's last stable offset for good: the new owner's restore of a
+    changelog would stall on them, downstream readers too, and the departed process, back on
+    its state directory, would commit them with its next transaction there. So each is asked
+    once and what is still open aborted. Best effort: a partition that cannot answer now is
+    named, and ``txn hanging --abort`` ends it."""
+    try:
+        async with asyncio.timeout(FENCE_TIMEOUT):
+            check = await producer.abort_left_open(
+                ongoing, request_timeout_ms=CHECK_REQUEST_TIMEOUT_MS
+            )
+    except Exception as exc:
+        check = LeftOpenCheck(unanswered={entry: type(exc).__name__ for entry in ongoing})
+    for entry, offset in sorted(check.aborted.items()):
+        log.warning(
+            "the transaction of departed worker %s (producer id %d, epoch %d) was still open on "
+            "%s[%d] from offset %d after its fence: the broker wrote no abort marker there (a "
+            "partition without a leader at that moment); aborted it here",
+            transactional_id,
+            entry.producer_id,
+            entry.producer_epoch,
+            *entry.tp,
+            offset,
+        )
+    if check.unanswered:
+        log.warning(
+            "could not check %s for the transaction of departed worker %s its fence aborted "
+            "(%s): if the broker skipped a marker there, `streams-app txn hanging --abort` "
+            "ends it once the partition has a leader",
+            ", ".join(f"{t}[{p}]" for t, p in sorted(e.tp for e in check.unanswered)),
+            transactional_id,
+            "; ".join(sorted(set(check.unanswered.values()))),
+        )

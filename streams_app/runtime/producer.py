@@ -238,12 +238,35 @@ class StreamsProducer:
                     _named(listed),
                 )
                 self._unchecked |= listed
-        await self._check_then_publish(await self._started_client())
+        await self._check_then_publish(await self._started_client(first=True))
 
-    async def _started_client(self) -> ProducerClient:
+    async def _started_client(self, *, first: bool = False) -> ProducerClient:
+        """A new client, started. The ``first`` of this process asks, before its
+        InitProducerId, what the previous process with our transactional id left ongoing."""
         client = self._transport.producer(self._config)
+        if first and self.exactly_once and isinstance(client, LeftoverAbortingProducerClient):
+            await self._note_left_ongoing(client)
         await client.start()
         return client
+
+    async def _note_left_ongoing(self, client: LeftoverAbortingProducerClient) -> None:
+        """A process killed in the middle of a transaction gave nothing up, so nothing was
+        listed: the new producer's InitProducerId aborts that transaction, and the coordinator
+        skips the marker of a partition without a leader, as after any transaction given up.
+        Its coordinator still has it ongoing until then, with its partitions: each becomes an
+        entry to check (on disk first: a crash from here on must not forget them)."""
+        ongoing = set(
+            await client.left_open_before_start(request_timeout_ms=LEFT_OPEN_REQUEST_TIMEOUT_MS)
+        )
+        if ongoing - self._unchecked:
+            log.info(
+                "the previous process of this worker left a transaction ongoing on %s: the new "
+                "producer aborts it, and those partitions are checked before the first "
+                "transaction",
+                _named(ongoing),
+            )
+            self._unchecked |= ongoing
+            self._persist()
 
     def _publish(self, client: ProducerClient) -> None:
         """From here on sends go to ``client``."""

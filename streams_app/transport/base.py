@@ -472,6 +472,14 @@ class LeftoverAbortingProducerClient(ProducerClient, Protocol):
         """The producer id and epoch of the open (or last) transaction; None before start."""
         ...
 
+    async def left_open_before_start(self, *, request_timeout_ms: int) -> list[LeftOpen]:
+        """Before :meth:`start`: the partitions of a transaction our transactional id still has
+        ongoing at its coordinator (a process killed in the middle of one), with the producer
+        id and epoch that wrote them. The InitProducerId of :meth:`start` aborts it, and that
+        abort's markers are the ones a partition without a leader misses. Best effort: an id
+        the coordinator cannot describe yet gives none."""
+        ...
+
     async def leaderless(self, partitions: Collection[TopicPartition]) -> set[TopicPartition]:
         """Those of ``partitions`` that have no leader in freshly fetched metadata (one that
         cannot be fetched counts as none: the caller then checks rather than trusts)."""

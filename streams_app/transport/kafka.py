@@ -26,6 +26,7 @@ other Kafka errors inside a transaction                      TransactionAbortabl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -920,6 +921,30 @@ class KafkaProducerClient:
         if self._producer is None or not self.transactional:
             return None
         return self._producer.producer_id_and_epoch
+
+    async def left_open_before_start(self, *, request_timeout_ms: int) -> list[LeftOpen]:
+        tid = self._config.transactional_id
+        if tid is None:
+            return []
+        admin = OpsAdmin(self._bootstrap, request_timeout_ms=request_timeout_ms, **self._security)
+        try:
+            async with asyncio.timeout(2 * request_timeout_ms / 1000):  # bootstrap, then ask
+                await admin.start()
+                found = (await admin.describe_transactions([tid])).get(tid)
+        except Exception as exc:  # the start itself waits for the cluster, and says why
+            log.debug("could not describe transactional id %s before start: %s", tid, exc)
+            return []
+        finally:
+            with contextlib.suppress(Exception):
+                await admin.close()
+        # Only an ongoing one: a prepared commit is committed by the coordinator (its records
+        # must never be aborted), and once prepared the epoch may already be the next one.
+        if found is None or found.state != "Ongoing":
+            return []
+        return [
+            LeftOpen(TopicPartition(topic, partition), found.producer_id, found.producer_epoch)
+            for topic, partition in found.partitions
+        ]
 
     async def leaderless(self, partitions: Collection[TopicPartition]) -> set[TopicPartition]:
         wanted = set(partitions)

@@ -55,7 +55,13 @@ async def _leader(admin: OpsAdmin, topic: str, partition: int) -> int:
 class _Scene:
     """A producer whose transaction was given up while its partition's only node was down."""
 
-    def __init__(self, kafka: EmbeddedKafka, unique: str, state: Path | None = None) -> None:
+    def __init__(
+        self,
+        kafka: EmbeddedKafka,
+        unique: str,
+        state: Path | None = None,
+        timeout_ms: int = TIMEOUT_MS,
+    ) -> None:
         """With ``state``: the producer of the worker whose state directory is under it (its
         transactional id, and its file of entries to check)."""
         self.kafka = kafka
@@ -68,8 +74,9 @@ class _Scene:
                 process_id = directory.process_id
                 self.left_open_file = LeftOpenFile(directory.path / LEFT_OPEN_FILE)
         config = dataclasses.replace(
-            producer_config(self.app.conf, process_id), transaction_timeout_ms=TIMEOUT_MS
+            producer_config(self.app.conf, process_id), transaction_timeout_ms=timeout_ms
         )
+        self.config = config
         assert config.transactional_id is not None
         self.tid = config.transactional_id
         self.producer = StreamsProducer(
@@ -247,6 +254,51 @@ async def test_an_answered_abort_whose_partition_has_no_leader_is_checked_before
         assert producer.transactions_aborted == 1 and producer.recreated == 1
         # Found open: the broker had skipped the marker (the fault under test happened).
         assert producer.left_open_aborted == 1
+        assert await scene.process_again() == [b"processed again"]
+    finally:
+        if not restarted:
+            await scene.restart_node()
+        await scene.close()
+
+
+async def test_a_process_killed_mid_transaction_has_its_partitions_checked_at_restart(
+    kafka_cluster: EmbeddedKafka, unique: str, tmp_path: Path
+) -> None:
+    """The worker process dies in the middle of a transaction, its partition's node down
+    too: it gave nothing up, so nothing was listed. Its restart's InitProducerId aborts the
+    transaction while the partition has no leader, and the marker is skipped. The new
+    producer asks the coordinator what was ongoing before that, and checks it: the records are
+    aborted once the node is back, before its first transaction (before: they stayed open and
+    the first commit to the partition committed them too)."""
+    state = tmp_path / "state"
+    # A long timeout: the transaction is still ongoing at its coordinator when the restart
+    # comes (the coordinator's timeout would end it otherwise, which the restart cannot see).
+    scene = _Scene(kafka_cluster, unique, state, timeout_ms=120_000)
+    await scene.open()
+    restarted = False
+    try:
+        await scene.leave_open(time_out=False)
+        await scene.producer.stop()  # the process is gone: no EndTxn was sent
+        again = StreamsProducer(
+            scene.app.transport(), scene.config, left_open_file=scene.left_open_file
+        )
+        again.left_open_deadline = 180  # the node's restart, on a loaded machine
+        starting = asyncio.create_task(again.start())
+        try:
+            # A round of the check found the partition without a leader: still starting.
+            await wait_until(lambda: again.left_open_checks >= 1, timeout=60, interval=0.1)
+            assert not starting.done()
+            assert [e.tp.partition for e in again.unchecked_left_open] == [scene.partition]
+            assert scene.left_open_file is not None and scene.left_open_file.load()
+            await scene.restart_node()
+            restarted = True
+            await asyncio.wait_for(starting, timeout=120)
+        finally:
+            if not starting.done():
+                starting.cancel()
+        # Found open at the epoch that wrote it: the broker had skipped the marker.
+        assert again.left_open_aborted == 1
+        scene.producer = again
         assert await scene.process_again() == [b"processed again"]
     finally:
         if not restarted:

@@ -68,6 +68,8 @@ class _Client(RecordingClient):
     answer: Callable[[list[LeftOpen]], Any] | None = None
     #: The partitions the (fresh) metadata shows without a leader.
     no_leader: set[TopicPartition] = set()
+    #: What the coordinator has ongoing for our transactional id before the first start.
+    ongoing: list[LeftOpen] = []
 
     async def start(self) -> None:
         await super().start()
@@ -85,6 +87,9 @@ class _Client(RecordingClient):
 
     async def leaderless(self, partitions: Collection[TopicPartition]) -> set[TopicPartition]:
         return set(partitions) & _Client.no_leader
+
+    async def left_open_before_start(self, *, request_timeout_ms: int) -> list[LeftOpen]:
+        return list(_Client.ongoing)
 
     async def abort_left_open(
         self, left: Collection[LeftOpen], *, request_timeout_ms: int
@@ -116,7 +121,7 @@ class _Transport(RecordingTransport):
 
 def _reset(monkeypatch: pytest.MonkeyPatch) -> None:
     _Client.epochs, _Client.checked, _Client.answer = 0, [], None
-    _Client.no_leader = set()
+    _Client.no_leader, _Client.ongoing = set(), []
     _Client.fail_end_txn = _Client.fail_offsets = _Client.aborted_at_end_txn = False
     monkeypatch.setattr(producer_module, "LEFT_OPEN_FIRST_BACKOFF_S", 0.01)
     monkeypatch.setattr(producer_module, "LEFT_OPEN_MAX_BACKOFF_S", 0.02)
@@ -253,6 +258,35 @@ async def test_a_keyless_large_record_whose_send_failed_is_checked_where_it_went
     future.set_exception(aerrors.KafkaTimeoutError())  # appended, then failed
     await producer.recreate()
     assert _Client.checked == [[LeftOpen(OUT2, 7, 1)]]
+
+
+async def test_a_transaction_left_ongoing_by_a_killed_process_is_checked_before_the_first(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The previous process was killed in the middle of a transaction (nothing given up,
+    nothing listed): what its coordinator has ongoing is listed on disk before the new
+    producer's InitProducerId aborts it, and checked before anything is published."""
+    _reset(monkeypatch)
+    left = LeftOpen(OUT2, 7, 41)
+    _Client.ongoing = [left]
+    on_disk: list[set[LeftOpen]] = []
+
+    def answer(entries: list[LeftOpen]) -> LeftOpenCheck:
+        on_disk.append(file.load())
+        return LeftOpenCheck(aborted={e: 40 for e in entries})
+
+    _Client.answer = answer
+    file = LeftOpenFile(tmp_path / LEFT_OPEN_FILE)
+    producer = StreamsProducer(
+        _Transport(),
+        ProducerConfig(transactional_id="tx"),
+        left_open_file=file,  # type: ignore[arg-type]
+    )
+    await producer.start()
+    assert _Client.checked == [[left]] and on_disk == [{left}]
+    assert producer.left_open_aborted == 1 and not file.path.exists()
+    await producer.recreate()  # later producers of the same process do not ask again
+    assert len(_Client.checked) == 1
 
 
 async def test_a_partition_without_an_answer_is_asked_again_and_the_others_count(
