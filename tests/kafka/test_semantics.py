@@ -313,41 +313,53 @@ async def test_a_member_stopped_past_its_session_timeout_rejoins_by_itself(
             lambda: [e for e in events if e["event"] == "assigned"][-1]["partitions"] != [0, 1],
             what="the zombie to give up a partition",
         )
-        old = [e for e in events if e["event"] == "assigned"][-1]
 
-        process.send_signal(signal.SIGSTOP)
-        stopped_at = len(events)
-        await eventually(lambda: len(b.assignment()) == 2, what="B to take everything")
-        taken = b.group_metadata()
-        for i in range(20):
-            await feeder.send_and_wait(topic, b"%d" % i, partition=i % 2)
-        process.send_signal(signal.SIGCONT)
+        async def stop_past_the_session(cycle: int) -> list[dict[str, Any]]:
+            """One SIGSTOP past the session timeout, then SIGCONT; each step of the zombie's
+            membership checked. Returns what it read before its revocation."""
+            old = [e for e in events if e["event"] == "assigned"][-1]
+            process.send_signal(signal.SIGSTOP)
+            stopped_at = len(events)
+            await eventually(lambda: len(b.assignment()) == 2, what="B to take everything")
+            taken = b.group_metadata()
+            for i in range(20):
+                await feeder.send_and_wait(topic, b"%d-%d" % (cycle, i), partition=i % 2)
+            process.send_signal(signal.SIGCONT)
 
-        await eventually(lambda: len(b.assignment()) == 1, what="the zombie to rejoin")
-        await eventually(
-            lambda: any(e["event"] == "assigned" for e in events[stopped_at:]),
-            what="the zombie's new assignment",
-        )
-        after = events[stopped_at:]
-        kinds = [e["event"] for e in after]
-        first_revoke = kinds.index("revoked")
-        # Until its first heartbeat after SIGCONT fails it still has its old membership (how
-        # long depends on where the heartbeat task was frozen: a few ms here); then aiokafka
-        # resets it to -1 / "" (what group_metadata() returns until the rejoin) and calls
-        # on_partitions_revoked with the partitions it has already lost.
-        reset = [e for e in after[: first_revoke + 1] if e["generation"] == -1]
-        assert reset and reset[0]["member"] == ""
-        assert after[first_revoke]["partitions"] == old["partitions"]
-        new = next(e for e in after if e["event"] == "assigned")
-        assert new["member"] != old["member"]
-        assert new["generation"] > taken.generation_id
-        # Records it returned while a zombie, from the partitions B had taken, before it
-        # gave them up: the reason for fencing.
-        reads = [e for e in after[:first_revoke] if e["event"] == "records"]
-        assert reads, f"the zombie returned no records before its revocation: {after}"
-        assert {p for e in reads for p in e["partitions"]} <= set(old["partitions"]), reads
-        zombie_reads = sum(e["n"] for e in reads)
-        print(f"zombie read {zombie_reads} records around noticing; events: {after}")
+            await eventually(lambda: len(b.assignment()) == 1, what="the zombie to rejoin")
+            await eventually(
+                lambda: any(e["event"] == "assigned" for e in events[stopped_at:]),
+                what="the zombie's new assignment",
+            )
+            after = events[stopped_at:]
+            kinds = [e["event"] for e in after]
+            first_revoke = kinds.index("revoked")
+            # Until its first heartbeat after SIGCONT fails it still has its old membership (how
+            # long depends on where the heartbeat task was frozen: a few ms here); then aiokafka
+            # resets it to -1 / "" (what group_metadata() returns until the rejoin) and calls
+            # on_partitions_revoked with the partitions it has already lost.
+            reset = [e for e in after[: first_revoke + 1] if e["generation"] == -1]
+            assert reset and reset[0]["member"] == ""
+            assert after[first_revoke]["partitions"] == old["partitions"]
+            new = next(e for e in after if e["event"] == "assigned")
+            assert new["member"] != old["member"]
+            assert new["generation"] > taken.generation_id
+            reads = [e for e in after[:first_revoke] if e["event"] == "records"]
+            assert {p for e in reads for p in e["partitions"]} <= set(old["partitions"]), reads
+            print(f"cycle {cycle}: zombie read {sum(e['n'] for e in reads)}; events: {after}")
+            return reads
+
+        # Records it returned while a zombie, from the partitions B had taken, before it gave
+        # them up: the reason for fencing. Whether its first fetch after SIGCONT is answered
+        # before its first heartbeat fails is a race of two round trips on localhost (the fetch
+        # wins most times; the heartbeat won once in a whole run): up to three cycles, and one
+        # must show it.
+        cycles: list[list[dict[str, Any]]] = []
+        for cycle in range(3):
+            cycles.append(await stop_past_the_session(cycle))
+            if cycles[-1]:
+                break
+        assert cycles[-1], f"the zombie returned no records before its revocation: {cycles}"
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGCONT)

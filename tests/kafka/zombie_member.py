@@ -50,6 +50,10 @@ async def main(bootstrap: str, topic: str, group: str) -> None:
         auto_offset_reset="earliest",
         session_timeout_ms=3000,
         heartbeat_interval_ms=300,
+        # A fetch waits at the broker for records this long: the one in flight when the member
+        # is stopped is answered with the records sent meanwhile, and that answer is waiting
+        # in the socket when it resumes, ahead of its first heartbeat's round trip.
+        fetch_max_wait_ms=10_000,
     )
     await consumer.start()
     consumer.subscribe([topic], listener=Listener(consumer))
