@@ -153,6 +153,7 @@ def render_modes(result: dict[str, Any]) -> str:
         default = " (`make bench`)" if command == "python -m benchmarks.run" else ""
         out += ["", f"Command: `{command}`{default}."]
     out += _targets_table(summary["targets"])
+    out += _short_windows(runs, settings["records"])
     for mode, mode_summary in summary["modes"].items():
         about = modes.get(mode, {})
         title = MODE_TITLES.get(mode, mode)
@@ -198,6 +199,37 @@ def render_modes(result: dict[str, Any]) -> str:
         out += [f"- {w}" for w in wrong]
     out += _latency(result.get("latency") or {})
     return "\n".join(out) + "\n"
+
+
+#: Issue 42: a run must process for at least this long before its steady window (10 %-90 % of
+#: it) counts as steady state (a JVM is still compiling its hot path in the first seconds).
+STEADY_SECONDS = 30.0
+
+
+def _short_windows(runs: list[dict[str, Any]], records: int) -> list[str]:
+    """A warning under the targets when some run processed for less than
+    :data:`STEADY_SECONDS`: its rate is the warm-up's as much as the steady state's (the whole
+    machine at 3,000,000 records gave 1.41x Kafka Streams, at 6,000,000 1.06x: BENCHMARKS.md)."""
+    short = sorted(
+        (r["seconds"], r["key"], r.get("mode", ""))
+        for r in runs
+        if "error" not in r
+        and r.get("correct", True)  # left out of medians and ratios anyway
+        and r.get("seconds")
+        and r["seconds"] < STEADY_SECONDS
+    )
+    if not short:
+        return []
+    shortest = short[0][0]
+    systems = sorted({f"{key} ({mode})" for _, key, mode in short})
+    enough = int(records * STEADY_SECONDS / max(shortest, 1.0) / 1_000_000 + 1) * 1_000_000
+    return [
+        "",
+        f"**Not steady enough:** {len(short)} run(s) processed for less than "
+        f"{STEADY_SECONDS:.0f} s (shortest {shortest:.1f} s: {', '.join(systems)}); their "
+        f"steady windows still carry the warm-up, and the ratios above with them. Rerun with "
+        f"`--records {enough}` or more.",
+    ]
 
 
 def _machine_and_load(result: dict[str, Any]) -> str:
