@@ -88,8 +88,14 @@ class ProgressMonitor:
 
     async def poll(self) -> None:
         started = time.monotonic()
-        ends = await self._consumer.end_offsets(self._tps)
+        # The group's offsets first, the end offsets after: then "committed >= end" means that
+        # everything the topics held at the second read had been processed by the first. In
+        # the other order a transaction that committed in between (the last input's, which
+        # also wrote the repartition topic) was counted processed while its repartition
+        # records were not yet in the ends read: "drained" came one hop early, the workers
+        # were stopped, and the repartition topic was left behind its committed offsets.
         found = await self._admin.list_consumer_group_offsets(self.group_id, partitions=self._tps)
+        ends = await self._consumer.end_offsets(self._tps)
         committed = {
             (tp.topic, tp.partition): int(meta.offset)
             for tp, meta in found.items()

@@ -236,20 +236,36 @@ class OpsAdmin:
             **client_kwargs,
         )
 
+        #: The offsets consumers started so far: each on its first use, not at start (most
+        #: uses ask no offsets, and each consumer is a bootstrap of its own).
+        self._started: list[AIOKafkaConsumer] = []
+        self._starting = asyncio.Lock()
+
     async def start(self) -> OpsAdmin:
         try:
             await self._admin.start()
-            await self._offsets.start()
-            await self._committed_offsets.start()
         except aerrors.KafkaConnectionError as exc:
             await self.close()
             raise BrokerUnavailable(self.address) from exc
         return self
 
     async def close(self) -> None:
-        await self._offsets.stop()
-        await self._committed_offsets.stop()
+        started, self._started = self._started, []
+        for consumer in started:
+            await consumer.stop()
         await self._admin.close()
+
+    async def _consumer(self, *, committed: bool) -> AIOKafkaConsumer:
+        """The read_committed or the read_uncommitted offsets consumer, started."""
+        consumer = self._committed_offsets if committed else self._offsets
+        async with self._starting:
+            if consumer not in self._started:
+                try:
+                    await consumer.start()
+                except aerrors.KafkaConnectionError as exc:
+                    raise BrokerUnavailable(self.address) from exc
+                self._started.append(consumer)
+        return consumer
 
     async def __aenter__(self) -> OpsAdmin:
         return await self.start()
@@ -563,7 +579,7 @@ class OpsAdmin:
         """High watermarks, or (``committed``) last stable offsets: where read_committed ends."""
         if not partitions:
             return {}
-        consumer = self._committed_offsets if committed else self._offsets
+        consumer = await self._consumer(committed=committed)
         found = await consumer.end_offsets([AioTopicPartition(*tp) for tp in partitions])
         return {(tp.topic, tp.partition): int(o) for tp, o in found.items()}
 
@@ -578,7 +594,8 @@ class OpsAdmin:
     async def beginning_offsets(self, partitions: Collection[TP]) -> dict[TP, int]:
         if not partitions:
             return {}
-        found = await self._offsets.beginning_offsets([AioTopicPartition(*tp) for tp in partitions])
+        consumer = await self._consumer(committed=False)
+        found = await consumer.beginning_offsets([AioTopicPartition(*tp) for tp in partitions])
         return {(tp.topic, tp.partition): int(o) for tp, o in found.items()}
 
     # -- groups ------------------------------------------------------------------------------
