@@ -219,26 +219,17 @@ class OpsAdmin:
             client_id="streams-app-ops",
             **client_kwargs,
         )
-        self._offsets = AIOKafkaConsumer(
+        self._consumer_kwargs = dict(
             bootstrap_servers=bootstrap_servers,
             request_timeout_ms=request_timeout_ms,
-            isolation_level="read_uncommitted",
             enable_auto_commit=False,
             client_id="streams-app-ops",
             **client_kwargs,
         )
-        self._committed_offsets = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap_servers,
-            request_timeout_ms=request_timeout_ms,
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-            client_id="streams-app-ops",
-            **client_kwargs,
-        )
-
-        #: The offsets consumers started so far: each on its first use, not at start (most
-        #: uses ask no offsets, and each consumer is a bootstrap of its own).
-        self._started: list[AIOKafkaConsumer] = []
+        #: The offsets consumers (read_uncommitted: False, read_committed: True), each made and
+        #: started on first use, not at start: most uses ask no offsets, and each consumer is a
+        #: bootstrap of its own.
+        self._consumers: dict[bool, AIOKafkaConsumer] = {}
         self._starting = asyncio.Lock()
 
     async def start(self) -> OpsAdmin:
@@ -250,21 +241,24 @@ class OpsAdmin:
         return self
 
     async def close(self) -> None:
-        started, self._started = self._started, []
-        for consumer in started:
+        consumers, self._consumers = self._consumers, {}
+        for consumer in consumers.values():
             await consumer.stop()
         await self._admin.close()
 
     async def _consumer(self, *, committed: bool) -> AIOKafkaConsumer:
         """The read_committed or the read_uncommitted offsets consumer, started."""
-        consumer = self._committed_offsets if committed else self._offsets
         async with self._starting:
-            if consumer not in self._started:
+            consumer = self._consumers.get(committed)
+            if consumer is None:
+                isolation = "read_committed" if committed else "read_uncommitted"
+                consumer = AIOKafkaConsumer(isolation_level=isolation, **self._consumer_kwargs)
                 try:
                     await consumer.start()
                 except aerrors.KafkaConnectionError as exc:
+                    await consumer.stop()
                     raise BrokerUnavailable(self.address) from exc
-                self._started.append(consumer)
+                self._consumers[committed] = consumer
         return consumer
 
     async def __aenter__(self) -> OpsAdmin:
