@@ -661,8 +661,32 @@ class TopologyDriver:
             if loop.time() > deadline:
                 raise HarnessError(
                     f"not done after {self.real_timeout:g}s: {reason}\n{self.describe()}"
+                    f"{await self._positions()}"
                 )
             await self._turns(1, timeout=0.25)
+
+    async def _positions(self) -> str:
+        """Where each running worker's consumer stands on the partitions it owns, beside the
+        partitions' stable and end offsets: what a worker that stopped making progress had
+        fetched (the first thing to know when the harness gives up on it)."""
+        lines: list[str] = []
+        with contextlib.suppress(Exception):  # a diagnosis: never hide the error it adds to
+            for handle in self.live_workers:
+                worker = handle.worker
+                if worker is None:
+                    continue
+                owned = sorted(TopicPartition(t, p) for t, p in worker.tasks.by_tp)
+                if not owned:
+                    continue
+                stable = await self.backend.stable_offsets(owned)
+                ends = await self.backend.end_offsets(owned)
+                for tp in owned:
+                    position = await self._position(handle, tp)
+                    lines.append(
+                        f"  {handle.name} {tp.topic}[{tp.partition}]: fetch position "
+                        f"{position}, stable {stable.get(tp)}, end {ends.get(tp)}"
+                    )
+        return "\n" + "\n".join(lines) if lines else ""
 
     def _send_lingering(self) -> bool:
         """Without committing (:meth:`process`): workers send their lingering batches rather
