@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,7 @@ class _Scene:
             self.app.transport(), config, left_open_file=self.left_open_file
         )
         self.partition = self.node = self.pid = self.epoch = -1
+        self.down = False
         self.admin: OpsAdmin
 
     async def open(self) -> None:
@@ -112,6 +114,7 @@ class _Scene:
         await producer.flush_and_check()  # in the partition's log, in the open transaction
         self.pid, self.epoch = producer.client.producer_identity()  # type: ignore[attr-defined]
         await asyncio.get_running_loop().run_in_executor(None, self.kafka.kill_node, self.node)
+        self.down = True
 
         async def leaderless() -> bool:
             return await _leader(admin, self.topic, self.partition) < 0
@@ -129,7 +132,35 @@ class _Scene:
         # PrepareAbort until the node is back, and this would time out).
         await wait_until(timed_out, timeout=60, interval=0.2)
 
+    async def held_until_the_node_is_back(
+        self,
+        producer: StreamsProducer,
+        operation: Coroutine[Any, Any, None],
+        *,
+        rounds: int = 1,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> None:
+        """Run ``operation`` (a recreate, an abort, a start) while the partition has no leader:
+        it must still be in the check after ``rounds`` rounds, with the partition unanswered
+        (``meanwhile`` checks more then); the node is restarted, and the operation must end."""
+        producer.left_open_deadline = 180  # the node's restart, on a loaded machine
+        running = asyncio.ensure_future(operation)
+        try:
+            await wait_until(lambda: producer.left_open_checks >= rounds, timeout=60, interval=0.1)
+            assert not running.done()
+            assert [e.tp.partition for e in producer.unchecked_left_open] == [self.partition]
+            if meanwhile is not None:
+                meanwhile()
+            await self.restart_node()
+            await asyncio.wait_for(running, timeout=120)
+        finally:
+            if not running.done():
+                running.cancel()
+
     async def restart_node(self) -> None:
+        if not self.down:  # already back (a test's cleanup after the helper restarted it)
+            return
+        self.down = False
         await asyncio.get_running_loop().run_in_executor(None, self.kafka.start_node, self.node)
 
         async def led() -> bool:
@@ -199,21 +230,16 @@ async def test_a_partition_still_leaderless_at_the_recreate_is_checked_once_it_i
         group = GroupMetadata(f"skipped-{unique}", 1, "member-1")
         with pytest.raises(TransactionTimedOutError):
             await producer.commit({TopicPartition(scene.topic, scene.partition): 1}, group)
-        producer.left_open_deadline = 180  # the node's restart, on a loaded machine
-        recreating = asyncio.create_task(producer.recreate())
-        try:
-            # A round of the check found the partition without a leader: still recreating.
-            await wait_until(lambda: producer.left_open_checks >= 2, timeout=60, interval=0.1)
-            assert not recreating.done()
-            assert [e.tp.partition for e in producer.unchecked_left_open] == [scene.partition]
+
+        def unpublished() -> None:
             with pytest.raises(RuntimeError, match="not started"):
                 producer.client  # noqa: B018 - the new producer is not published meanwhile
-            await scene.restart_node()
-            restarted = True
-            await asyncio.wait_for(recreating, timeout=120)
-        finally:
-            if not recreating.done():
-                recreating.cancel()
+
+        # Two rounds of the check found the partition without a leader: still recreating.
+        await scene.held_until_the_node_is_back(
+            producer, producer.recreate(), rounds=2, meanwhile=unpublished
+        )
+        restarted = True
         assert producer.left_open_aborted == 1
         assert producer.unchecked_left_open == []
         assert await scene.process_again() == [b"processed again"]
@@ -238,19 +264,9 @@ async def test_an_answered_abort_whose_partition_has_no_leader_is_checked_before
     try:
         await scene.leave_open(time_out=False)
         producer = scene.producer
-        producer.left_open_deadline = 180  # the node's restart, on a loaded machine
-        aborting = asyncio.create_task(producer.abort())
-        try:
-            # A round of the check found the partition without a leader: still aborting.
-            await wait_until(lambda: producer.left_open_checks >= 1, timeout=60, interval=0.1)
-            assert not aborting.done()
-            assert [e.tp.partition for e in producer.unchecked_left_open] == [scene.partition]
-            await scene.restart_node()
-            restarted = True
-            await asyncio.wait_for(aborting, timeout=120)
-        finally:
-            if not aborting.done():
-                aborting.cancel()
+        # A round of the check found the partition without a leader: still aborting.
+        await scene.held_until_the_node_is_back(producer, producer.abort())
+        restarted = True
         assert producer.transactions_aborted == 1 and producer.recreated == 1
         # Found open: the broker had skipped the marker (the fault under test happened).
         assert producer.left_open_aborted == 1
@@ -282,20 +298,13 @@ async def test_a_process_killed_mid_transaction_has_its_partitions_checked_at_re
         again = StreamsProducer(
             scene.app.transport(), scene.config, left_open_file=scene.left_open_file
         )
-        again.left_open_deadline = 180  # the node's restart, on a loaded machine
-        starting = asyncio.create_task(again.start())
-        try:
-            # A round of the check found the partition without a leader: still starting.
-            await wait_until(lambda: again.left_open_checks >= 1, timeout=60, interval=0.1)
-            assert not starting.done()
-            assert [e.tp.partition for e in again.unchecked_left_open] == [scene.partition]
+
+        def listed() -> None:
             assert scene.left_open_file is not None and scene.left_open_file.load()
-            await scene.restart_node()
-            restarted = True
-            await asyncio.wait_for(starting, timeout=120)
-        finally:
-            if not starting.done():
-                starting.cancel()
+
+        # A round of the check found the partition without a leader: still starting.
+        await scene.held_until_the_node_is_back(again, again.start(), meanwhile=listed)
+        restarted = True
         # Found open at the epoch that wrote it: the broker had skipped the marker.
         assert again.left_open_aborted == 1
         scene.producer = again
