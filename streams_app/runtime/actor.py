@@ -115,7 +115,12 @@ class Actor:
 class Feeder(Protocol):
     """What the dispatcher hands each record of a topic to, besides the agents, in the
     record's transaction (``current_event`` set) and in its task's timestamp order: a
-    ``group_by`` forwarder, a table built from the topic, a join reading it."""
+    ``group_by`` forwarder, a table built from the topic, a join reading it.
+
+    A feeder may also have ``forward_nowait(event) -> Awaitable[None] | None``: the same
+    work, done without a coroutine as far as it goes, returning what is left to await (None:
+    done). The dispatcher then calls it instead of :meth:`forward`: a coroutine per record
+    costs about as much as a join's lookup."""
 
     #: Names it in a failure (``group_by:<topic>``, ``table:<name>``, ``join:<name>``).
     label: str
@@ -267,7 +272,8 @@ class AgentRunner:
 
     def actor_lists(self, topic: str) -> list[list[Actor]]:
         """For each agent reading ``topic``, its actors (pick ``[partition % len]``)."""
-        return list(self.routes.get(topic, {}).values())
+        routes = self.routes.get(topic)  # called per join result: most have no reader
+        return list(routes.values()) if routes else []
 
     def channel_targets(self, channel: str) -> list[Actor]:
         """One actor of every agent reading ``channel`` (round robin over its instances)."""

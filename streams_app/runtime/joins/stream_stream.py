@@ -55,7 +55,7 @@ app's :class:`streams_app.JoinWindows` takes seconds and gives these.)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -368,11 +368,17 @@ class _Side:
         self.side = side
         self.label = f"{processor.label}:{'left' if side == LEFT else 'right'}"
 
-    async def forward(self, event: Event) -> None:
+    def forward_nowait(self, event: Event) -> Awaitable[None] | None:
+        """The record joined at once; what is left to await is the sending of its results,
+        if it has any (most records of an inner join have none when they come first)."""
         processor = self.processor  # process(), without a coroutine of its own per record
         found = processor.join_record(self.side, event)
-        if found:
-            await processor._emit(event.task, found, event)
+        return processor._emit_nowait(event.task, found, event) if found else None
+
+    async def forward(self, event: Event) -> None:
+        rest = self.forward_nowait(event)
+        if rest is not None:
+            await rest
 
 
 @register
@@ -439,9 +445,35 @@ class StreamStreamProcessor(JoinProcessor):
         return True
 
     async def _emit(self, task: TaskScope, found: list[JoinResult], trigger: Event | None) -> None:
+        rest = self._emit_nowait(task, found, trigger)
+        if rest is not None:
+            await rest
+
+    def _emit_nowait(
+        self, task: TaskScope, found: list[JoinResult], trigger: Event | None
+    ) -> Awaitable[None] | None:
+        """:meth:`_emit` as far as it goes without an await (every result, almost always):
+        None when done, else the rest to await, from the first result the batch path refused
+        (each result's joiner is called once)."""
         result = self.join.result
-        for r in found:
+        for i, r in enumerate(found):
             key, value, timestamp = r.key, result(r.left, r.right), r.timestamp
             sent = self.emit_nowait(task, key, value, timestamp, trigger)  # emit(), inlined
             if sent >= 0:
-                await self.emit_rest(sent, task, key, value, timestamp, trigger)
+                return self._emit_rest(task, found, i, sent, value, trigger)
+        return None
+
+    async def _emit_rest(
+        self,
+        task: TaskScope,
+        found: list[JoinResult],
+        i: int,
+        sent: int,
+        value: Any,
+        trigger: Event | None,
+    ) -> None:
+        """The rest of :meth:`_emit_nowait`: result ``i`` (joined: ``value``) from its sink
+        ``sent`` on, then the results after it."""
+        r = found[i]
+        await self.emit_rest(sent, task, r.key, value, r.timestamp, trigger)
+        await self._emit(task, found[i + 1 :], trigger)

@@ -19,7 +19,7 @@ grace, then looks the table up as of its time (KIP-923). Until then nothing is e
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from streams_app.app.joins import INNER
@@ -68,6 +68,21 @@ class StreamTableJoin(JoinProcessor):
         assert self.grace_ms is not None
         codec: Any = self.join.stores["buffer"].key_codec
         return UnmatchedTransaction(self.store(task, "buffer"), codec, (self.grace_ms - 1, 0))
+
+    def forward_nowait(self, event: Event) -> Awaitable[None] | None:
+        """:meth:`forward` without a coroutine for the common record (keyed, with a value, no
+        grace buffer, its result sent on the batch path): None when it is done, else what is
+        left to await (the rest of the result's sends, or the whole of :meth:`forward`, of
+        which nothing was done yet)."""
+        value = event.value
+        if value is None or event.raw_key is None or self.grace_ms is not None:
+            return self.forward(event)
+        task, key, timestamp = event.task, event.key, event.timestamp
+        result = self._result(task, key, value, timestamp)
+        if result is _NO_RESULT:
+            return None
+        sent = self.emit_nowait(task, key, result, timestamp, event)
+        return None if sent < 0 else self.emit_rest(sent, task, key, result, timestamp, event)
 
     async def forward(self, event: Event) -> None:
         task, value = event.task, event.value

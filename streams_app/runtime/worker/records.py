@@ -15,6 +15,7 @@ locals, before the loop.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextvars import Token
 from typing import TYPE_CHECKING
 
 from streams_app.codecs import DecodeError, TombstoneError, json_loads, payload_finisher
@@ -70,7 +71,12 @@ class RecordDispatcher:
         streams = [
             actors[tp.partition % len(actors)].input for actors in self.runner.actor_lists(tp.topic)
         ]
-        forwarders = self.runner.forwarders.get(tp.topic, ())
+        # Each forwarder with its ``forward_nowait`` (None: it has none): a join handles almost
+        # every record without an await, so it saves a coroutine per record (``Feeder``).
+        forwarders = [
+            (forwarder, getattr(forwarder, "forward_nowait", None))
+            for forwarder in self.runner.forwarders.get(tp.topic, ())
+        ]
         policy = self.policy
         poisoned = policy.poisoned
         offsets = task.offsets
@@ -96,9 +102,23 @@ class RecordDispatcher:
         # The next offset to process: kept here, and stored in task.offsets before anything is
         # awaited and when the run ends (one dict store per run instead of one per record).
         position = expected
+        # While the forwarders run, the record is in processing (``in_processing``) and is the
+        # current event: set at the run's first forwarded record and kept until the run ends
+        # or a dead letter is sent, ``current_event`` moved on at each record. A ContextVar's
+        # set or reset copies the context: four a record cost more than the forward itself.
+        processing: tuple[Token[bool], Token[Event | None]] | None = None
+
+        def leave_processing() -> None:
+            nonlocal processing
+            if processing is not None:
+                scope, token = processing
+                current_event.reset(token)
+                in_processing.reset(scope)
+                processing = None
 
         async def skip(record: RecordLike, error: BaseException, agent: str | None, n: int) -> int:
             """Dead-letter ``record`` (what came before it handed over first): its next offset."""
+            leave_processing()
             offsets[tp] = record.offset
             if events:
                 for stream in streams:
@@ -189,19 +209,24 @@ class RecordDispatcher:
                         stream.feed(event)
                 if forwarders:
                     offsets[tp] = offset
-                    token = current_event.set(event)
-                    scope = in_processing.set(True)
+                    if processing is None:
+                        processing = (in_processing.set(True), current_event.set(event))
+                    else:
+                        current_event.set(event)
                     try:
-                        for forwarder in forwarders:
-                            await forwarder.forward(event)
+                        for forwarder, nowait in forwarders:
+                            if nowait is None:
+                                await forwarder.forward(event)
+                            else:
+                                rest = nowait(event)
+                                if rest is not None:
+                                    await rest
                     except Exception as exc:
                         raise AgentFailed([Failure.of(forwarder.label, exc, event)]) from exc
-                    finally:
-                        in_processing.reset(scope)
-                        current_event.reset(token)
                 position = offset + 1
                 count += 1
         finally:
+            leave_processing()
             if position > expected:
                 offsets[tp] = position
             if events:
