@@ -61,8 +61,9 @@ $(BENCH_STAMP): $(STAMP)
 	@touch $@
 
 ## bench: streams_app vs Kafka Streams, quixstreams and a bare aiokafka loop at steady state, per
-## core and on the whole machine (BENCHMARKS.md; about an hour on a quiet 2-core machine;
-## BENCH_ARGS=--quick for a few minutes of development figures)
+## core and on the whole machine (BENCHMARKS.md; 4,000,000 records per core run, 8,000,000 per
+## whole-machine run: about 2.5 hours on a quiet 2-core machine; BENCH_ARGS=--quick for a few
+## minutes of development figures)
 bench: setup $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 

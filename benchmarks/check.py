@@ -141,7 +141,32 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         await consumer.stop()
 
 
-async def summarise_input(bootstrap: str, topic: str) -> InputSummary:
+async def commit_offsets(
+    bootstrap: str, group: str, topic: str, offsets: Mapping[int, int]
+) -> None:
+    """Commit ``offsets`` (per partition of ``topic``) for a group that has no member yet, so
+    that it starts there instead of at ``auto.offset.reset`` (every system under test resumes
+    from its group's committed offsets)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.structs import OffsetAndMetadata
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in offsets])
+        await consumer.commit(
+            {TopicPartition(topic, p): OffsetAndMetadata(o, "") for p, o in offsets.items()}
+        )
+    finally:
+        await consumer.stop()
+
+
+async def summarise_input(
+    bootstrap: str, topic: str, start: Mapping[int, int] | None = None
+) -> InputSummary:
+    """What ``topic`` holds from ``start`` (per partition; default its beginning) to its end."""
     ends = await end_offsets(bootstrap, topic)
     keys: Counter[bytes] = Counter()
     digests: dict[int, Any] = {}
@@ -151,7 +176,7 @@ async def summarise_input(bootstrap: str, topic: str) -> InputSummary:
             keys[r.key] += 1
             _digest_update(digests, partition, r.key, r.value)
 
-    counts = await _read(bootstrap, topic, {}, ends, "read_uncommitted", 300, visit)
+    counts = await _read(bootstrap, topic, start or {}, ends, "read_uncommitted", 300, visit)
     return InputSummary(
         records=sum(counts.values()),
         key_counts=keys,

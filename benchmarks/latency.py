@@ -49,23 +49,12 @@ TICK_S = 0.01
 
 
 async def _commit_group_at_end(bootstrap: str, group: str, topic: str) -> None:
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-    from aiokafka.structs import OffsetAndMetadata
-
-    from benchmarks.check import end_offsets
+    from benchmarks.check import commit_offsets, end_offsets
 
     ends = await end_offsets(bootstrap, topic)
     if not ends:
         raise RuntimeError(f"latency: no partitions found for {topic}")
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
-    await consumer.start()
-    try:
-        consumer.assign([TopicPartition(topic, p) for p in ends])
-        await consumer.commit(
-            {TopicPartition(topic, p): OffsetAndMetadata(o, "") for p, o in ends.items()}
-        )
-    finally:
-        await consumer.stop()
+    await commit_offsets(bootstrap, group, topic, ends)
 
 
 async def _wait_stable(bootstrap: str, group: str, timeout: float = 60.0) -> None:

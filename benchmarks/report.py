@@ -136,8 +136,9 @@ def render_modes(result: dict[str, Any]) -> str:
     settings = result["settings"]
     modes = settings.get("modes", {})
     lo, hi = settings.get("steady_window", [0.1, 0.9])
+    records = input_records(settings, modes)
     out = [
-        f"{settings['records']:,} input records ({settings['value_bytes']}-byte JSON values, "
+        f"{_input_counts(records)} ({settings['value_bytes']}-byte JSON values, "
         f"parsed by every system), {settings['keys']:,} keys, {settings['partitions']} "
         f"partitions, one broker; {settings.get('repeat', '?')} interleaved rounds (the order of "
         f"the systems rotates between rounds, the mode that goes first alternates); "
@@ -153,12 +154,15 @@ def render_modes(result: dict[str, Any]) -> str:
         default = " (`make bench`)" if command == "python -m benchmarks.run" else ""
         out += ["", f"Command: `{command}`{default}."]
     out += _targets_table(summary["targets"])
-    out += _short_windows(runs, settings["records"])
+    out += _short_windows(runs)
     for mode, mode_summary in summary["modes"].items():
         about = modes.get(mode, {})
         title = MODE_TITLES.get(mode, mode)
-        if about.get("parallelism"):
-            title += f" ({about['parallelism']} per system)"
+        extra = [f"{about['parallelism']} per system"] if about.get("parallelism") else []
+        if mode in records:
+            extra.append(f"{records[mode]:,} input records per run")
+        if extra:
+            title += f" ({', '.join(extra)})"
         out += ["", f"**{title}**", ""]
         out += _mode_table([r for r in runs if r.get("mode") == mode], mode_summary)
         out += _ratio_table(mode_summary)
@@ -201,17 +205,45 @@ def render_modes(result: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+MODE_INPUTS = {"per-core": "per run per core", "machine": "per run on the whole machine"}
+#: The option that sets each mode's input (``benchmarks.run``).
+MODE_OPTIONS = {"per-core": "--records", "machine": "--machine-records"}
+
+
+def input_records(settings: dict[str, Any], modes: Any = ()) -> dict[str, int]:
+    """Input records per run of each mode: ``input_records`` of a run that gave each mode its
+    own input, else ``records`` for every mode (one input for all, before the modes had their
+    own)."""
+    if settings.get("input_records"):
+        return dict(settings["input_records"])
+    return {mode: settings["records"] for mode in modes or ("per-core", "machine")}
+
+
+def _input_counts(records: dict[str, int]) -> str:
+    """``4,000,000 input records per run per core, 8,000,000 per run on the whole machine``."""
+    counts = set(records.values())
+    if len(counts) == 1:
+        return f"{counts.pop():,} input records per run"
+    order = list(MODE_INPUTS)
+    first, *rest = sorted(records.items(), key=lambda m: order.index(m[0]) if m[0] in order else 9)
+    return ", ".join(
+        [f"{first[1]:,} input records {MODE_INPUTS.get(first[0], first[0])}"]
+        + [f"{n:,} {MODE_INPUTS.get(mode, mode)}" for mode, n in rest]
+    )
+
+
 #: Issue 42: a run must process for at least this long before its steady window (10 %-90 % of
 #: it) counts as steady state (a JVM is still compiling its hot path in the first seconds).
 STEADY_SECONDS = 30.0
 
 
-def _short_windows(runs: list[dict[str, Any]], records: int) -> list[str]:
+def _short_windows(runs: list[dict[str, Any]]) -> list[str]:
     """A warning under the targets when some run processed for less than
     :data:`STEADY_SECONDS`: its rate is the warm-up's as much as the steady state's (the whole
-    machine at 3,000,000 records gave 1.41x Kafka Streams, at 6,000,000 1.06x: BENCHMARKS.md)."""
+    machine at 3,000,000 records gave 1.41x Kafka Streams, at 6,000,000 1.06x: BENCHMARKS.md),
+    with the input to rerun each mode's short runs with (their records, scaled to 30 s)."""
     short = sorted(
-        (r["seconds"], r["key"], r.get("mode", ""))
+        (r["seconds"], r["key"], r.get("mode", ""), r.get("records", 0))
         for r in runs
         if "error" not in r
         and r.get("correct", True)  # left out of medians and ratios anyway
@@ -221,14 +253,19 @@ def _short_windows(runs: list[dict[str, Any]], records: int) -> list[str]:
     if not short:
         return []
     shortest = short[0][0]
-    systems = sorted({f"{key} ({mode})" for _, key, mode in short})
-    enough = int(records * STEADY_SECONDS / max(shortest, 1.0) / 1_000_000 + 1) * 1_000_000
+    systems = sorted({f"{key} ({mode})" for _, key, mode, _ in short})
+    enough: dict[str, int] = {}
+    for seconds, _, mode, records in short:
+        wanted = int(records * STEADY_SECONDS / max(seconds, 1.0) / 1_000_000 + 1) * 1_000_000
+        option = MODE_OPTIONS.get(mode, "--records")
+        enough[option] = max(enough.get(option, 0), wanted)
+    rerun = " ".join(f"{option} {n}" for option, n in sorted(enough.items(), reverse=True))
     return [
         "",
         f"**Not steady enough:** {len(short)} run(s) processed for less than "
         f"{STEADY_SECONDS:.0f} s (shortest {shortest:.1f} s: {', '.join(systems)}); their "
         f"steady windows still carry the warm-up, and the ratios above with them. Rerun with "
-        f"`--records {enough}` or more.",
+        f"`{rerun}` or more.",
     ]
 
 

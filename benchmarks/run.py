@@ -1,6 +1,7 @@
 """Throughput of streams_app against its peers at steady state, on one broker: ``make bench``.
 
-    python -m benchmarks.run [--records 3000000] [--repeat 3] [--modes per-core,machine]
+    python -m benchmarks.run [--records 4000000] [--machine-records 8000000] [--repeat 3]
+                             [--modes per-core,machine]
     python -m benchmarks.run --quick          # 200,000 records, one round: for development
     make bench BENCH_ARGS="--repeat 5"
 
@@ -24,10 +25,16 @@ Two machine modes (``--modes``), in every round:
   through ``--processes N`` (its own supervisor), Kafka Streams with ``num.stream.threads=N``
   in one JVM, the Python peers and the aiokafka loop as N processes in one group.
 
-One broker (full-JIT JVM options unless ``--jvm fast``), one input topic pre-loaded with
-``--records`` keyed records, then per round each mode and in it every system in turn (the
-order rotates between rounds), each in fresh processes with a fresh consumer group reading the
-input from the beginning. While a run goes, its group's committed offsets and its processes'
+One broker (full-JIT JVM options unless ``--jvm fast``) and one input topic, pre-loaded with
+keyed records: each mode has its own count of them, so that every run processes long enough to
+reach steady state (at least 30 s on this 2-core machine): a per-core run reads ``--records``
+(default 4,000,000), a whole-machine run, which has every core, ``--machine-records`` (default
+twice ``--records``). The topic holds the larger input; the smaller one is its tail (the last
+``--records`` records), and each run's fresh consumer group has its input's first offsets
+committed before its processes start, so every system reads exactly its mode's input
+(``input_plan``, ``preload_inputs``). Then per round each mode and in it every system in turn
+(the order rotates between rounds), each in fresh processes with a fresh consumer group.
+While a run goes, its group's committed offsets and its processes'
 CPU seconds are sampled every 100 ms (``benchmarks/steady.py``): the **steady-state** rate is
 that of the records committed between 10 % and 90 % of the input, and the system's own CPU
 per record (its process tree; the broker apart) is taken over the same window. The
@@ -36,17 +43,19 @@ group join excluded) until the committed offsets reach the input's end. Every ra
 steady-state rates. Other work on the machine disturbs the figures: compare medians of the
 interleaved rounds, and CPU per record.
 
-After each run its output is checked (``benchmarks/check.py``): per-key counts with no
-duplicate and no gap, every input counted, and, for systems that claim exactly-once, written
-in transactions (markers in every partition). A run that fails the check is reported and left
-out of the medians and ratios. Then its output records and internal topics are deleted.
+After each run its output is checked (``benchmarks/check.py``) against its mode's input:
+per-key counts with no duplicate and no gap, every input counted, and, for systems that claim
+exactly-once, written in transactions (markers in every partition). A run that fails the
+check is reported and left out of the medians and ratios. Then its output records and internal
+topics are deleted.
 
 ``--state-scale`` runs the state-scale benchmark instead (``benchmarks/state_scale.py``: RSS,
 records/s and read-cache hit rate with millions of distinct keys; its own options).
 
 Prints tables and writes ``bench-results.json``: ``{"runs": [{"system", "guarantee", "key",
 "mode", "records", "seconds", "records_per_s", "steady": {...}, "correct", ...}, ...],
-"summary": {"modes": {...}, "targets": [...], ...}}``; ``python -m benchmarks.report`` makes
+"summary": {"modes": {...}, "targets": [...], ...}, "settings": {"input_records": {"per-core":
+4000000, "machine": 8000000}, ...}}``; ``python -m benchmarks.report`` makes
 BENCHMARKS.md's tables from it. Not a test. ``--profile eos`` samples a streams_app worker's
 steady-state window with py-spy and writes a per-function summary; ``--compare LABEL=PATH``
 interleaves runs of another checkout (A/B).
@@ -69,12 +78,19 @@ import tempfile
 import time
 import uuid
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks import steady
-from benchmarks.check import InputSummary, check_output, end_offsets, summarise_input
+from benchmarks.check import (
+    InputSummary,
+    check_output,
+    commit_offsets,
+    end_offsets,
+    summarise_input,
+)
 from benchmarks.child import CEILING_OUTPUT_TOPIC, INPUT_TOPIC, OUTPUT_TOPIC
 from benchmarks.faust_count import FAUST_OUTPUT_TOPIC
 from benchmarks.join_bench import USERS_TOPIC, tier_of
@@ -208,6 +224,12 @@ DEFAULT_SYSTEMS = (
 #: The peers' exactly-once rows that streams_app's EOS is compared with (ratios in the summary).
 PEER_EOS = ("kstreams-eos", "quix-eos", "faust")
 FAUST_DEFAULT_COMMIT_INTERVAL = 2.8
+#: Input records of each per-core run (``--records``): the fastest systems pinned to one core
+#: of the 2-core machine (Kafka Streams' stream-table join at 123,000 records/s, streams_app's
+#: count at 104,000) process for at least 30 s. A whole-machine run reads twice as many
+#: (``--machine-records``): at 6,000,000 the count's runs took 36-52 s.
+PER_CORE_RECORDS = 4_000_000
+QUICK_RECORDS = 200_000
 
 
 @dataclass(frozen=True)
@@ -282,15 +304,21 @@ def json_value(rng: random.Random, key: str, seq: int, size: int, notes: list[st
     return (head + note[:pad] + '"}').encode()
 
 
-async def preload(bootstrap: str, records: int, keys: int, value_bytes: int, seed: int) -> None:
-    """Write ``records`` keyed records with JSON values (:func:`json_value`), partitioned like
-    Kafka's default partitioner (murmur2), in batches."""
+async def preload(
+    bootstrap: str,
+    records: int,
+    keys: int,
+    value_bytes: int,
+    rng: random.Random,
+    first_seq: int = 0,
+) -> None:
+    """Write ``records`` keyed records with JSON values (:func:`json_value`, ``seq`` from
+    ``first_seq``), partitioned like Kafka's default partitioner (murmur2), in batches."""
     import string
 
     from aiokafka import AIOKafkaProducer
     from aiokafka.partitioner import DefaultPartitioner
 
-    rng = random.Random(seed)
     notes = ["".join(rng.choices(string.ascii_letters, k=64)) for _ in range(1024)]
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20
@@ -304,7 +332,7 @@ async def preload(bootstrap: str, records: int, keys: int, value_bytes: int, see
         key_partition = [partitioner(k, partitions, partitions) for k in key_bytes]
         batches = {p: producer.create_batch() for p in partitions}
         futures = []
-        for seq in range(records):
+        for seq in range(first_seq, first_seq + records):
             k = rng.randrange(keys)
             partition = key_partition[k]
             value = json_value(rng, key_names[k], seq, value_bytes, notes)
@@ -321,6 +349,48 @@ async def preload(bootstrap: str, records: int, keys: int, value_bytes: int, see
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
+
+
+def input_plan(counts: Mapping[str, int]) -> list[tuple[int, tuple[str, ...]]]:
+    """How the one input topic is written so that each mode's runs read their own count of
+    records, the topic's last ones: segments of (records, the modes whose input starts with
+    it), the largest input's first. ``{"per-core": 4M, "machine": 8M}`` gives
+    ``[(4M, ("machine",)), (4M, ("per-core",))]``: the whole machine reads both segments, a
+    pinned system the second only."""
+    sizes = sorted(set(counts.values()), reverse=True)
+    return [
+        (size - smaller, tuple(mode for mode, n in counts.items() if n == size))
+        for size, smaller in zip(sizes, [*sizes[1:], 0], strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class ModeInput:
+    """The input of one mode's runs: the input topic from ``start`` (per partition) to its end.
+    Each run's group has ``start`` committed before its processes start, so every system reads
+    exactly these records, and its output is checked against ``expected``."""
+
+    start: dict[int, int]
+    expected: InputSummary
+
+
+async def preload_inputs(
+    bootstrap: str, counts: Mapping[str, int], *, keys: int, value_bytes: int, seed: int
+) -> dict[str, ModeInput]:
+    """Write the input topic by :func:`input_plan` (one data set: every mode's input is the
+    tail of the largest one) and summarise each mode's part of it for the output checks."""
+    rng = random.Random(seed)
+    starts: dict[str, dict[int, int]] = {}
+    seq = 0
+    for records, modes in input_plan(counts):
+        mark = await end_offsets(bootstrap, INPUT_TOPIC)
+        starts.update({mode: mark for mode in modes})
+        await preload(bootstrap, records, keys, value_bytes, rng, first_seq=seq)
+        seq += records
+    return {
+        mode: ModeInput(start, await summarise_input(bootstrap, INPUT_TOPIC, start))
+        for mode, start in starts.items()
+    }
 
 
 async def preload_users(bootstrap: str, keys: int) -> None:
@@ -380,8 +450,9 @@ class OffsetWatcher:
         await self.consumer.stop()
         await self.admin.close()
 
-    async def progress(self, group: str) -> tuple[int, bool]:
-        """(records committed, whether every partition is committed to its end)."""
+    async def progress(self, group: str, start: Mapping[int, int]) -> tuple[int, bool]:
+        """(records committed since ``start``, whether every partition is committed to its
+        end)."""
         from aiokafka.errors import KafkaError
 
         try:
@@ -390,13 +461,17 @@ class OffsetWatcher:
             if not getattr(exc, "retriable", False):
                 raise
             return self.last, False  # the coordinator moving or loading: the next poll sees it
-        total = sum(max(0, committed[tp].offset) for tp in self.tps if tp in committed)
+        total = sum(
+            max(0, committed[tp].offset - start.get(tp.partition, 0))
+            for tp in self.tps
+            if tp in committed
+        )
         done = all(tp in committed and committed[tp].offset >= self.ends[tp] for tp in self.tps)
         self.last = total
         return total, done
 
-    async def committed_total(self, group: str) -> int:
-        return (await self.progress(group))[0]
+    async def committed_total(self, group: str, start: Mapping[int, int]) -> int:
+        return (await self.progress(group, start))[0]
 
     async def forget(self, group: str, output_topic: str) -> None:
         """After a run's check: delete its output records and the topics named after its group
@@ -548,13 +623,14 @@ async def _stop_spy(spy: Any, path: Path) -> None:
 
 @dataclass(frozen=True)
 class Bench:
-    """What every run of one benchmark shares: its options, broker, input and directory."""
+    """What every run of one benchmark shares: its options, broker, inputs and directory."""
 
     args: argparse.Namespace
     bootstrap: str
     broker_pid: int | None
     watcher: OffsetWatcher
-    expected: InputSummary
+    #: Each mode's input (by mode key).
+    inputs: dict[str, ModeInput]
     workdir: Path
 
 
@@ -564,7 +640,8 @@ async def run_once(
     """One run of ``system`` in ``mode`` (``limit``: stop that many seconds after the first
     record, a warm-up)."""
     args, bootstrap, broker_pid = bench.args, bench.bootstrap, bench.broker_pid
-    watcher, expected, workdir = bench.watcher, bench.expected, bench.workdir
+    watcher, source, workdir = bench.watcher, bench.inputs[mode.key], bench.workdir
+    expected, start = source.expected, source.start
     records = expected.records
     name = system.key.replace("@", ".")
     group = f"bench-{name}-{mode.key}-{index}-{uuid.uuid4().hex[:6]}"
@@ -578,6 +655,8 @@ async def run_once(
         profile_path.parent.mkdir(parents=True, exist_ok=True)
 
     log_path = workdir / f"{group}.log"
+    # The group starts at its mode's input (the topic's last ``records`` records).
+    await commit_offsets(bootstrap, group, INPUT_TOPIC, start)
     place_broker_and_harness(mode, broker_pid)
     load_before = load_average()
     spawned = time.time()
@@ -646,7 +725,7 @@ async def run_once(
                 break
             committed, done = 0, False
             if first_seen.is_set():  # (before it, the group may have no coordinator yet)
-                committed, done = await watcher.progress(group)
+                committed, done = await watcher.progress(group, start)
             now = time.time()
             worker_cpu, broker_cpu = cpu_now()
             progress.add(now, committed, worker_cpu, broker_cpu)
@@ -667,7 +746,7 @@ async def run_once(
             # Too slow for --timeout: report the rate of what it committed so far.
             done_at = time.time()
             cpu_at_done = cpu_now()
-            done_records = await watcher.committed_total(group)
+            done_records = await watcher.committed_total(group, start)
     finally:
         load_after = load_average()
         if spy is not None and not spy_done:
@@ -961,6 +1040,14 @@ async def measure_latencies(
     return results
 
 
+def input_records(args: argparse.Namespace) -> dict[str, int]:
+    """Input records per run of each mode to run: ``--records`` per core,
+    ``--machine-records`` on the whole machine (a worker per CPU goes through the same input
+    about twice as fast)."""
+    counts = {"per-core": args.records, "machine": args.machine_records}
+    return {mode: counts[mode] for mode in args.modes}
+
+
 def _rounds(systems: list[System], index: int, once: list[str]) -> list[System]:
     """Round ``index``'s systems, rotated by one per round so none always runs first."""
     chosen = [s for s in systems if index == 1 or s.key not in once]
@@ -1082,17 +1169,22 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.monotonic()
         if any(s.output_kind == "join" for s in systems):
             await preload_users(bootstrap, args.keys)
-        await preload(bootstrap, args.records, args.keys, args.value_bytes, args.seed)
-        expected = await summarise_input(bootstrap, INPUT_TOPIC)
+        counts = input_records(args)
+        inputs = await preload_inputs(
+            bootstrap, counts, keys=args.keys, value_bytes=args.value_bytes, seed=args.seed
+        )
         runs: list[dict[str, Any]] = []
         async with OffsetWatcher(bootstrap) as watcher:
             print(
-                f"pre-loaded {INPUT_TOPIC}: {expected.records:,} records over "
-                f"{args.partitions} partitions ({args.value_bytes}-byte values, "
-                f"{len(expected.key_counts):,} keys) in {time.monotonic() - t0:.1f}s"
+                f"pre-loaded {INPUT_TOPIC}: {max(counts.values()):,} records over "
+                f"{args.partitions} partitions ({args.value_bytes}-byte values, {args.keys:,} "
+                f"keys) in {time.monotonic() - t0:.1f}s; each run reads its last "
+                + ", ".join(
+                    f"{source.expected.records:,} ({mode})" for mode, source in inputs.items()
+                )
             )
             modes = [machine_modes()[m] for m in args.modes]
-            bench = Bench(args, bootstrap, broker_pid, watcher, expected, workdir)
+            bench = Bench(args, bootstrap, broker_pid, watcher, inputs, workdir)
             for index in range(args.warmup):
                 # Untimed, per core and cut at --warmup-seconds: lets the broker's JIT compile
                 # its produce, fetch, transaction and compacted-topic paths before the first
@@ -1135,7 +1227,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "machine": machine(),
             "versions": versions(),
             "settings": {
-                "records": expected.records,
+                # Each mode's input, records per run (--records, --machine-records).
+                "input_records": {m: source.expected.records for m, source in inputs.items()},
+                "records": args.records,
+                "machine_records": args.machine_records,
                 "partitions": args.partitions,
                 "value_bytes": args.value_bytes,
                 "keys": args.keys,
@@ -1177,19 +1272,33 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.state_scale import main as state_scale
 
         return state_scale([a for a in argv if a != "--state-scale"])
+    return run_benchmark(parse_args(argv))
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The options, with the defaults that depend on others (``--quick``, ``--records``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--records",
         type=int,
         default=None,
-        help="input records (default 3,000,000: at least 30 s of processing for every system "
-        "and mode on a 2-core machine; --quick: 200,000)",
+        help=f"input records of each per-core run (default {PER_CORE_RECORDS:,}: at least 30 s "
+        "of processing for the fastest system pinned to a core of this 2-core machine; "
+        f"--quick: {QUICK_RECORDS:,})",
+    )
+    parser.add_argument(
+        "--machine-records",
+        type=int,
+        default=None,
+        help="input records of each whole-machine run (default: twice --records, "
+        f"{2 * PER_CORE_RECORDS:,}; a worker per CPU gets through them about twice as fast)",
     )
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="for development: 200,000 records, one round, a 5 s warm-up, no database rows "
-        "(steady-state figures from runs of a few seconds are not steady)",
+        help=f"for development: {QUICK_RECORDS:,} records per core and twice that per machine, "
+        "one round, a 5 s warm-up, no database rows (steady-state figures from runs of a few "
+        "seconds are not steady)",
     )
     parser.add_argument(
         "--modes",
@@ -1248,7 +1357,7 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=3600.0,
         help="seconds per run before it counts as unfinished (default: %(default)s; a pinned "
-        "system on a busy machine needs long for 3,000,000 records)",
+        "system on a busy machine needs long for its millions of records)",
     )
     parser.add_argument(
         "--faust-timeout",
@@ -1357,7 +1466,11 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(argv)
     quick = args.quick
     if args.records is None:
-        args.records = 200_000 if quick else 3_000_000
+        args.records = QUICK_RECORDS if quick else PER_CORE_RECORDS
+    if args.machine_records is None:
+        args.machine_records = 2 * args.records
+    if args.records <= 0 or args.machine_records <= 0:
+        parser.error("--records and --machine-records take a positive count")
     if args.repeat is None:
         args.repeat = 1 if quick else 3
     if args.warmup_seconds is None:
@@ -1378,7 +1491,10 @@ def main(argv: list[str] | None = None) -> int:
     ):
         parser.error("--profile needs py-spy in the virtualenv: pip install py-spy")
     args.once = [p for p in args.once.split(",") if p]
+    return args
 
+
+def run_benchmark(args: argparse.Namespace) -> int:
     load_start = os.getloadavg()
     print(f"load average before: {load_start}")
     started = time.monotonic()

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from benchmarks.report import render, write
 from benchmarks.steady import Progress, cpu_seconds, descendants, tree_cpu_seconds
 from benchmarks.summary import summarise
@@ -200,19 +202,41 @@ def test_the_report_is_made_from_the_recorded_runs(tmp_path: Path) -> None:
     )
 
 
-def test_the_report_says_when_runs_were_too_short_to_be_steady() -> None:
-    """A run that processed for less than 30 s: its ratio is flagged, with a count to rerun
-    with (the whole machine at 3,000,000 records gave 1.41x Kafka Streams, at 6,000,000
-    1.06x)."""
-    fast = run("eos", "machine", 3, 180_000, 9.0)  # 3,000,000 records in 18.3 s
+@pytest.mark.parametrize(
+    ("short", "inputs", "flagged", "rerun"),
+    [
+        # One input for both modes (before each mode had its own): 3,000,000 in 18.3 s.
+        (
+            [run("eos", "machine", 3, 180_000, 9.0)],
+            {"records": 3_000_000},
+            "1 run(s) processed for less than 30 s (shortest 18.3 s: eos (machine))",
+            "--machine-records 5000000",
+        ),
+        # Each mode's own option: 4,000,000 in 25 s per core (4,800,000 for 30 s), 8,000,000
+        # in 20 s on the whole machine (12,000,000).
+        (
+            [
+                run("kstreams-eos", "per-core", 3, 160_000, 12.0, records=4_000_000, seconds=25.0),
+                run("eos", "machine", 3, 400_000, 9.0, records=8_000_000, seconds=20.0),
+            ],
+            {"input_records": {"per-core": 4_000_000, "machine": 8_000_000}},
+            "2 run(s) processed for less than 30 s (shortest 20.0 s: eos (machine), "
+            "kstreams-eos (per-core))",
+            "--records 5000000 --machine-records 13000000",
+        ),
+    ],
+)
+def test_the_report_says_when_runs_were_too_short_to_be_steady(
+    short: list[dict[str, Any]], inputs: dict[str, Any], flagged: str, rerun: str
+) -> None:
+    """A run that processed for less than 30 s: its ratio is flagged, with the option and
+    count to rerun its mode with (the whole machine at 3,000,000 records gave 1.41x Kafka
+    Streams, at 6,000,000 1.06x)."""
     result = {
-        "runs": [*RUNS, fast],
-        "settings": {"records": 3_000_000, "value_bytes": 100, "keys": 10_000, "partitions": 8},
+        "runs": [*RUNS, *short],
+        "settings": {"value_bytes": 100, "keys": 10_000, "partitions": 8, **inputs},
         "machine": {"cpus": 2, "python": "3.11.7"},
     }
     text = render(result)
-    assert (
-        "**Not steady enough:** 1 run(s) processed for less than 30 s (shortest 18.3 s: "
-        "eos (machine))" in text
-    )
-    assert "Rerun with `--records 5000000` or more." in text
+    assert f"**Not steady enough:** {flagged}" in text
+    assert f"Rerun with `{rerun}` or more." in text
