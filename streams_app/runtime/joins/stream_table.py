@@ -72,11 +72,11 @@ class StreamTableJoin(JoinProcessor):
     def forward_nowait(self, event: Event) -> Awaitable[None] | None:
         """:meth:`forward` without a coroutine for the common record (keyed, with a value, no
         grace buffer, its result sent on the batch path): None when it is done, else what is
-        left to await (the rest of the result's sends, or the whole of :meth:`forward`, of
-        which nothing was done yet)."""
+        left to await (the rest of the result's sends, or :meth:`_forward_rare`, of which
+        nothing was done yet)."""
         value = event.value
         if value is None or event.raw_key is None or self.grace_ms is not None:
-            return self.forward(event)
+            return self._forward_rare(event)
         task, key, timestamp = event.task, event.key, event.timestamp
         result = self._result(task, key, value, timestamp)
         if result is _NO_RESULT:
@@ -85,6 +85,12 @@ class StreamTableJoin(JoinProcessor):
         return None if sent < 0 else self.emit_rest(sent, task, key, result, timestamp, event)
 
     async def forward(self, event: Event) -> None:
+        rest = self.forward_nowait(event)
+        if rest is not None:
+            await rest
+
+    async def _forward_rare(self, event: Event) -> None:
+        """A record without a value or a key, or any record of a join with grace."""
         task, value = event.task, event.value
         buffer: UnmatchedTransaction | None = None
         if self.grace_ms is not None:
@@ -98,13 +104,6 @@ class StreamTableJoin(JoinProcessor):
                     await self.emit(task, None, result, event.timestamp, event)
             elif buffer is not None:
                 buffer.add(_STREAM, event.key, event.timestamp, event.offset, value)
-            else:  # _join(), without a coroutine per record
-                key, timestamp = event.key, event.timestamp
-                result = self._result(task, key, value, timestamp)
-                if result is not _NO_RESULT:
-                    sent = self.emit_nowait(task, key, result, timestamp, event)
-                    if sent >= 0:
-                        await self.emit_rest(sent, task, key, result, timestamp, event)
         if buffer is not None:
             await self._release(task, buffer)
 
