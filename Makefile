@@ -2,7 +2,14 @@
 # Both set up what they need (virtualenv, Kafka jars from Maven Central) once and reuse it after.
 
 SHELL := /bin/bash
-PYTHON ?= python3
+# The interpreter the virtualenv is built on (once; delete .venv to change it). PYTHON=... when
+# given; else the distribution's own /usr/bin/python3 when it is 3.11 or newer and can make a
+# virtualenv (distributions build CPython with profile-guided optimisation: a worker runs about a
+# fifth faster on it than on a default pyenv build, BENCHMARKS.md "The interpreter build");
+# else python3 on PATH.
+ifeq ($(origin PYTHON), undefined)
+PYTHON := $(shell /usr/bin/python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && echo /usr/bin/python3 || echo python3)
+endif
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The install stamp is keyed by pyproject.toml, so a dependency change reinstalls.
