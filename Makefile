@@ -4,8 +4,8 @@
 SHELL := /bin/bash
 # The interpreter the virtualenv is built on (once; delete .venv to change it). PYTHON=... when
 # given; else the distribution's own /usr/bin/python3 when it is 3.11 or newer and can make a
-# virtualenv (distributions build CPython with profile-guided optimisation: a worker runs about a
-# fifth faster on it than on a default pyenv build, BENCHMARKS.md "The interpreter build");
+# virtualenv (distributions build CPython with profile-guided optimisation: a worker ran 3-20 %
+# faster on it than on a default pyenv build, BENCHMARKS.md "The interpreter build");
 # else python3 on PATH.
 ifeq ($(origin PYTHON), undefined)
 PYTHON := $(shell /usr/bin/python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && echo /usr/bin/python3 || echo python3)
