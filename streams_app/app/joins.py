@@ -140,6 +140,7 @@ class JoinStore:
         follows: str,
         kind: str = JOIN_STORE,
         read_cache: bool = True,
+        scan_cache: bool = False,
     ) -> None:
         self.app = app
         #: False for the stream-stream buffers: they are read by range scans only, which the
@@ -147,6 +148,10 @@ class JoinStore:
         #: for the memory budget) was pure cost, a third of a stream-stream join's CPU. Kafka
         #: Streams does not cache these stores either.
         self.read_cache = read_cache
+        #: True for the stream-stream buffers: a fetch keeps a key's committed entries of one
+        #: segment in the read cache (state/join_windows.py, "Fetch cache"), since in a
+        #: one-to-many join the same few records are fetched again for every partner.
+        self.scan_cache = scan_cache
         self.name = name
         self.key_codec = key_codec
         self.value_codec = value_codec
@@ -265,6 +270,7 @@ class Join:
         follows: Topic | None = None,
         *,
         read_cache: bool = True,
+        scan_cache: bool = False,
     ) -> JoinStore:
         store = JoinStore(
             self.app,
@@ -274,6 +280,7 @@ class Join:
             owner=self.name,
             follows=(follows or self.left_topic).name,
             read_cache=read_cache,
+            scan_cache=scan_cache,
         )
         self.stores[role] = store
         return store
@@ -618,7 +625,7 @@ def _add_state(join: Join) -> None:
         segment = default_segment_ms(retention)
         for role, topic in (("left", join.left_topic), ("right", join.right_topic)):
             key, value = join_window_codecs(topic.key_codec, topic.value_codec, segment)
-            join.add_store(role, key, value, read_cache=False)
+            join.add_store(role, key, value, read_cache=False, scan_cache=True)
         if join.how != INNER:
             stream = join.left_topic
             key, value = unmatched_codecs(

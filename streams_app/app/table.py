@@ -71,6 +71,8 @@ class Table(MutableMapping[Any, Any]):
     is_global = False
     #: Committed values go through the worker's read cache (state/cache.py).
     read_cache = True
+    #: Its range scans keep nothing in the read cache (only join buffers do).
+    scan_cache = False
 
     def __init__(
         self,

@@ -219,6 +219,7 @@ class Task:
             table.key_codec,
             table.value_codec,
             self.cache if table.read_cache else None,
+            scan_cache=self.cache if table.scan_cache else None,
         )
         self.tables[table.name] = tx
         return tx

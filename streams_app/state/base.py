@@ -16,7 +16,7 @@ from itertools import islice
 from typing import Any
 
 from streams_app.codecs import Codec
-from streams_app.state.cache import MISS, ReadCache, entry_size, entry_sizes
+from streams_app.state.cache import MISS, CacheSegment, ReadCache, entry_size, entry_sizes
 from streams_app.state.sizing import shared
 
 
@@ -55,10 +55,13 @@ class StorePartition(ABC):
             if key >= low and (high is None or key < high):
                 yield key, value
 
-    def range_items(self, low: bytes, high: bytes) -> list[tuple[bytes, bytes]]:
-        """:meth:`iter_range`'s entries, as a list: for many short scans, which a store may
-        serve from a reader it keeps between calls until :meth:`release_cursor`."""
-        return list(self.iter_range(low, high))
+    def range_items(
+        self, low: bytes, high: bytes, limit: int | None = None
+    ) -> list[tuple[bytes, bytes]]:
+        """:meth:`iter_range`'s entries (the first ``limit`` of them, if given), as a list:
+        for many short scans, which a store may serve from a reader it keeps between calls
+        until :meth:`release_cursor`."""
+        return list(islice(self.iter_range(low, high), limit))
 
     def release_cursor(self) -> None:
         """Let go of what :meth:`range_items` kept between calls (nothing by default)."""
@@ -160,6 +163,7 @@ class PartitionTransaction:
         "_segment",
         "key_codec",
         "partition",
+        "scans",
         "value_codec",
     )
 
@@ -169,12 +173,20 @@ class PartitionTransaction:
         key_codec: Codec,
         value_codec: Codec,
         cache: ReadCache | None = None,
+        *,
+        scan_cache: ReadCache | None = None,
     ) -> None:
         self.partition = partition
         self.key_codec = key_codec
         self.value_codec = value_codec
         self._cache = cache if cache is not None else ReadCache(0)
         self._segment = self._cache.segment()
+        #: Where a view over this transaction may keep what its range scans read of the
+        #: committed state (None: nowhere). The view decides what it keeps and must forget an
+        #: entry when it writes under it; a discard empties it with the rest.
+        self.scans: CacheSegment | None = (
+            scan_cache.segment() if scan_cache is not None and scan_cache.enabled else None
+        )
         #: key object -> value object or DELETED: the pending writes, in first-write order.
         self._dirty: dict[Any, Any] = {}
         self._prepared: dict[bytes, bytes | None] | None = None
@@ -347,3 +359,5 @@ class PartitionTransaction:
         self._counted = 0
         self._prepared = None
         self._segment.clear()
+        if self.scans is not None:
+            self.scans.clear()

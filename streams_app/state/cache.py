@@ -206,6 +206,11 @@ class CacheSegment:
         self.young_bytes += young_delta
         cache._grew(young_delta, young_delta + older_delta)
 
+    def forget(self, key: Any) -> None:
+        """Drop ``key`` wherever it is (its dict slots stay counted until rotation)."""
+        if key in self.young_sizes or self.older:
+            self._forget(key)
+
     def _forget(self, key: Any) -> None:
         """Drop ``key`` wherever it is (its dict slots stay counted until rotation)."""
         size = self.young_sizes.pop(key, None)

@@ -32,6 +32,22 @@ Streams' segmented stores. An entry is *retained* while ``timestamp > observed -
 What is found therefore never depends on when expiry ran. A join fetches the *other* side's
 store before it puts a record into *its own*, as Kafka Streams' ``KStreamJoinWindow`` forwards
 a record to the join before storing it.
+
+**Fetch cache.** In a one-to-many join (a user's record and that user's many events, an ad
+impression and its clicks) every record of the many side fetches the same few records of the
+one side: a RocksDB seek and a decode of each partner, again and again. So a fetch that finds
+no pending write of its key keeps what it read of that key's committed entries in one segment
+(all of them, up to :data:`SCAN_CACHE_ENTRIES`; past that, only that there are more) in the
+transaction's scan segment of the worker's read cache (``PartitionTransaction.scans``: counted
+in ``state_cache_max_bytes``, evicted with the rest, emptied on abort), and the next fetch of
+that key and segment filters it by time instead of seeking. A put or delete of a key forgets
+its cached segment at once; while the write is pending the key's fetches merge it from the
+transaction without the cache, and the cache is filled again only once the write has
+committed (the pending-key hints outlive it until then), so what is cached is always what the
+store partition holds. Kafka Streams caches nothing here: in a one-to-one join this costs one
+dict lookup per segment and gains nothing; in the benchmark's one-to-many join it saves the
+seek and the decode. Partner values are handed out as cached, shared between results, as a
+table's read cache hands out its values: a joiner must not change them in place.
 """
 
 from __future__ import annotations
@@ -41,7 +57,8 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from streams_app.codecs import Codec, DecodeError
-from streams_app.state.base import DELETED, PartitionTransaction
+from streams_app.state.base import DELETED, PartitionTransaction, prefix_upper_bound
+from streams_app.state.cache import MISS, entry_size
 from streams_app.state.composite import (
     META_KEY,
     NO_TIME,
@@ -58,6 +75,7 @@ from streams_app.state.composite import (
     unpack_u64,
     write_stream_time,
 )
+from streams_app.state.sizing import shared
 
 _GONE: Any = object()
 #: ``segment | key length`` and ``timestamp | seq`` of an entry's key (the times as pack_time's).
@@ -66,6 +84,10 @@ _TAIL = struct.Struct(">QQ")
 _TIME = struct.Struct(">Q")
 #: Kafka Streams' smallest segment interval for DSL window stores.
 MIN_SEGMENT_MS = 60_000
+#: A key's committed entries in one segment are kept by the fetch cache up to this many
+#: (module doc); past it, the cache keeps :data:`_MANY` and the fetches scan their range.
+SCAN_CACHE_ENTRIES = 16
+_MANY: Any = shared(object())
 
 
 def default_segment_ms(retention: int) -> int:
@@ -137,6 +159,7 @@ class JoinWindowTransaction:
         "_observed",
         "_occupied",
         "_pending",
+        "_scans",
         "codec",
         "retention",
         "tx",
@@ -158,6 +181,9 @@ class JoinWindowTransaction:
         #: yet). A fetch seeks only in segments that may: a window of an hour either side spans
         #: three segments, and most of them are empty on one side or the other.
         self._occupied: dict[int, bool] = {}
+        #: The fetch cache (module doc): ``(segment, key)`` -> that key's committed entries in
+        #: that segment, a tuple of :class:`Buffered`, or :data:`_MANY` (None: no cache).
+        self._scans = tx.scans
 
     @property
     def observed(self) -> int:
@@ -192,8 +218,12 @@ class JoinWindowTransaction:
         entry = (key, timestamp, seq)
         self.tx.set(entry, value if raw is None else Encoded(value, raw))
         self._pending.touch(key, entry)
+        segment = timestamp // self.codec.segment_ms
         # Committed with the transaction, it will be in the store: the segment may hold it.
-        self._occupied[timestamp // self.codec.segment_ms] = True
+        self._occupied[segment] = True
+        scans = self._scans
+        if scans is not None:
+            scans.forget((segment, key))
         return True
 
     def observe(self, timestamp: int) -> None:
@@ -207,6 +237,12 @@ class JoinWindowTransaction:
         if self.tx.get(entry, _GONE) is not _GONE:
             self.tx.delete(entry)
             self._pending.touch(key, entry)
+            self._forget(key, timestamp)
+
+    def _forget(self, key: Any, timestamp: int) -> None:
+        """Drop what the fetch cache holds of ``key``'s segment at ``timestamp`` (written)."""
+        if self._scans is not None:
+            self._scans.forget((timestamp // self.codec.segment_ms, key))
 
     def fetch(self, key: Any, time_from: int, time_to: int) -> list[Buffered]:
         """The retained records of ``key`` with ``time_from <= timestamp <= time_to``, in
@@ -243,10 +279,20 @@ class JoinWindowTransaction:
             # The common case: committed entries only. Segments ascend with time, and within
             # one the keys sort by (timestamp, seq): the scans come in the order returned.
             found = []
+            scans = self._scans
             for segment in range(time_from // segment_ms, time_to // segment_ms + 1):
                 held = occupied.get(segment)
                 if not (self._may_hold(segment) if held is None else held):
                     continue
+                if scans is not None:
+                    cached = scans.lookup((segment, key))
+                    if cached is MISS:
+                        cached = self._load(segment, key, user_key)
+                    if cached is not _MANY:
+                        for record in cached:
+                            if time_from <= record.timestamp <= time_to:
+                                found.append(record)
+                        continue
                 prefix = pack(segment + TIME_OFFSET) + user_key
                 for raw_key, raw_value in range_items(prefix + low_time, prefix + high_time):
                     packed_time, seq = unpack(raw_key, at)
@@ -276,6 +322,30 @@ class JoinWindowTransaction:
             Buffered(t, s, v[0] if type(v) is tuple else loads(v))
             for (t, s), v in sorted(merged.items())
         ]
+
+    def _load(self, segment: int, key: Any, user_key: bytes) -> Any:
+        """Read ``key``'s committed entries in ``segment`` into the fetch cache (module doc)
+        and return what it now holds for them."""
+        prefix = _TIME.pack(segment + TIME_OFFSET) + user_key
+        high = prefix_upper_bound(prefix)
+        assert high is not None  # the prefix ends with the key's bytes after its length
+        rows = self.tx.partition.range_items(prefix, high, SCAN_CACHE_ENTRIES + 1)
+        held: Any
+        if len(rows) > SCAN_CACHE_ENTRIES:
+            held = _MANY
+        else:
+            at = 8 + len(user_key)
+            unpack = _TAIL.unpack_from
+            loads = self.tx.value_codec.loads
+            records = []
+            for raw_key, raw_value in rows:
+                packed_time, seq = unpack(raw_key, at)
+                records.append(Buffered(packed_time - TIME_OFFSET, seq, loads(raw_value)))
+            held = tuple(records)
+        cached = (segment, key)
+        assert self._scans is not None
+        self._scans.fill(cached, held, entry_size(cached, held))
+        return held
 
     def _may_hold(self, segment: int) -> bool:
         """Whether the store partition may hold committed entries in ``segment``: looked up
@@ -311,10 +381,12 @@ class JoinWindowTransaction:
             if self.tx.pending(entry, _GONE) is not DELETED:  # not deleted already
                 self.tx.delete(entry)
                 self._pending.touch(entry[0], entry)
+                self._forget(entry[0], entry[1])
                 removed += 1
         for entry in self._pending.all():
             if self.codec.segment(entry[1]) < live and self.tx.get(entry, _GONE) is not _GONE:
                 self.tx.delete(entry)
+                self._forget(entry[0], entry[1])
                 removed += 1
         self._expired_below = live
         for segment in [s for s in self._occupied if s < live]:

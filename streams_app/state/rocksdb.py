@@ -380,7 +380,9 @@ class RocksDBStorePartition(StorePartition):
         # Raw mode: keys and values are bytes.
         yield from self._require().items(from_key=low, read_opt=opts)
 
-    def range_items(self, low: bytes, high: bytes) -> list[tuple[bytes, bytes]]:
+    def range_items(
+        self, low: bytes, high: bytes, limit: int | None = None
+    ) -> list[tuple[bytes, bytes]]:
         """:meth:`iter_range`'s entries as a list, read with one iterator the partition keeps
         between calls. Making a RocksDB iterator (its read options, the merged view of the
         memtables and every level) costs about half as much again as the seek and the reads
@@ -401,6 +403,8 @@ class RocksDBStorePartition(StorePartition):
             if key >= high:
                 break
             found.append((key, cursor.value()))
+            if limit is not None and len(found) >= limit:
+                break
             cursor.next()
         return found
 

@@ -133,6 +133,13 @@ class TableLike(Protocol):
         read only by range scans, where caching them would cost and never serve)."""
         ...
 
+    @property
+    def scan_cache(self) -> bool:
+        """Whether its range scans may keep what they read in the worker's read cache (the
+        stream-stream join buffers: :class:`~streams_app.state.join_windows.JoinWindowTransaction`
+        caches a key's entries per segment)."""
+        ...
+
     def open_windowed(self, tx: PartitionTransaction, observed: int) -> WindowedState: ...
 
     def partition_key_bytes(self, key: Any) -> bytes:

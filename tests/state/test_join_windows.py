@@ -1,13 +1,21 @@
 """The buffer of a stream-stream join side: duplicates kept, fetches by key and time range
 across segments, retention as Kafka Streams' segmented window stores apply it, expiry by whole
-segments with changelog tombstones, and the transactional rules, on both store kinds."""
+segments with changelog tombstones, and the transactional rules, on both store kinds, with
+and without the fetch cache (every test here runs both ways: the cache must never change what
+a fetch returns)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+
 from streams_app.codecs import JsonCodec, StrCodec
 from streams_app.state import PartitionTransaction, Store
+from streams_app.state.cache import ReadCache
 from streams_app.state.composite import META_KEY, STREAM_TIME
 from streams_app.state.join_windows import (
+    SCAN_CACHE_ENTRIES,
     Buffered,
     JoinWindowKeyCodec,
     JoinWindowTransaction,
@@ -16,11 +24,22 @@ from streams_app.state.join_windows import (
 )
 
 SEGMENT = 100
+#: The worker read cache the views of the running test keep their fetches in (None: none).
+_SCANS: list[ReadCache | None] = [None]
+
+
+@pytest.fixture(autouse=True, params=["uncached", "cached"])
+def scan_cache(request: pytest.FixtureRequest) -> Iterator[ReadCache | None]:
+    _SCANS[0] = ReadCache(1 << 20) if request.param == "cached" else None
+    try:
+        yield _SCANS[0]
+    finally:
+        _SCANS[0] = None
 
 
 def view(store: Store, retention: int = 250, segment: int = SEGMENT) -> JoinWindowTransaction:
     keys, values = join_window_codecs(StrCodec(), JsonCodec(), segment)
-    tx = PartitionTransaction(store.partition(0), keys, values)
+    tx = PartitionTransaction(store.partition(0), keys, values, scan_cache=_SCANS[0])
     return JoinWindowTransaction(tx, keys, retention)
 
 
@@ -192,3 +211,73 @@ def test_hints_of_committed_writes_are_pruned_while_commits_are_in_flight(store:
     assert [b.value for b in v.fetch("k3", 0, seq)] == list(range(3, seq, 7))
     v.delete("k3", 10, 10)
     assert [b.value for b in v.fetch("k3", 0, 40)] == [3, 17, 24, 31, 38]
+
+
+class _CountingScans:
+    """Counts the range scans a store partition serves (to see what the cache saved)."""
+
+    def __init__(self, v: JoinWindowTransaction) -> None:
+        self.scans = 0
+        partition = v.tx.partition
+        real = partition.range_items
+
+        def counted(*args: object) -> list[tuple[bytes, bytes]]:
+            self.scans += 1
+            return real(*args)  # type: ignore[arg-type]
+
+        partition.range_items = counted  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("scan_cache", ["cached"], indirect=True)
+def test_the_fetch_cache_serves_repeated_fetches_and_follows_every_write(
+    store: Store, scan_cache: ReadCache | None
+) -> None:
+    """One record fetched by many partners is read from the store once; a write of its key
+    (pending: merged from the transaction; committed: read again), a delete, an abort and an
+    expiry are all seen by the next fetch, as without the cache."""
+    assert scan_cache is not None
+    v = view(store, retention=1_000)
+    v.put("user", 10, 1, {"tier": "gold"})
+    v.put("other", 20, 2, {"tier": "tin"})
+    v.tx.commit(1)
+    counted = _CountingScans(v)
+    for t in range(10, 60):
+        assert v.fetch("user", t - 100, t + 100) == [Buffered(10, 1, {"tier": "gold"})]
+    assert counted.scans == 1 and scan_cache.hits >= 49
+    assert v.fetch("user", 11, 100) == []  # filtered by time from the cached segment
+    v.put("user", 30, 3, {"tier": "silver"})  # pending: merged, not from the cache
+    assert [b.value["tier"] for b in v.fetch("user", 0, 100)] == ["gold", "silver"]
+    v.tx.commit(2)
+    assert [b.value["tier"] for b in v.fetch("user", 0, 100)] == ["gold", "silver"]
+    v.delete("user", 10, 1)
+    v.tx.commit(3)
+    assert [b.value["tier"] for b in v.fetch("user", 0, 100)] == ["silver"]
+    v.put("user", 40, 4, {"tier": "lead"})
+    v.tx.discard()  # abort: the cache is emptied with the transaction
+    assert len(v.tx.scans or ()) == 0
+    again = view(store, retention=1_000)
+    assert [b.value["tier"] for b in again.fetch("user", 0, 100)] == ["silver"]
+    assert [b.value["tier"] for b in again.fetch("other", 0, 100)] == ["tin"]
+    again.put("late", 2_500, 5, {"tier": "new"})  # observed 2,500: segments below 15 go
+    assert again.expire() == 2
+    again.tx.commit(4)
+    assert again.fetch("user", 0, 3_000) == [] and again.fetch("other", 0, 3_000) == []
+
+
+@pytest.mark.parametrize("scan_cache", ["cached"], indirect=True)
+def test_a_key_with_more_entries_than_the_cache_keeps_is_scanned(
+    store: Store, scan_cache: ReadCache | None
+) -> None:
+    """Past SCAN_CACHE_ENTRIES in one segment, the cache keeps only that there are more, and
+    each fetch scans its own time range: the many side of a join is not copied into memory."""
+    assert scan_cache is not None
+    v = view(store, retention=10_000)
+    many = SCAN_CACHE_ENTRIES + 4
+    for seq in range(many):
+        v.put("busy", seq, seq, seq)
+    v.tx.commit(1)
+    counted = _CountingScans(v)
+    assert [b.value for b in v.fetch("busy", 0, 99)] == list(range(many))
+    assert [b.value for b in v.fetch("busy", 3, 5)] == [3, 4, 5]
+    assert counted.scans == 3  # the bounded look, then one scan per fetch
+    assert scan_cache.bytes < 1_000  # the marker, not the entries
