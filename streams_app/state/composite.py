@@ -192,53 +192,71 @@ class PendingKeys:
     everything it ever buffered.
     """
 
-    __slots__ = ("_count", "_keys", "_limit", "tx")
+    __slots__ = ("_count", "_keys", "_limit", "_log", "tx")
 
     def __init__(self, tx: PartitionTransaction) -> None:
         self.tx = tx
         #: user key -> composite keys written or deleted in the open transaction.
         self._keys: dict[Any, dict[Any, None]] = {}
+        #: Touches not in ``_keys`` yet, in order: they are indexed when a read asks. A store
+        #: that is written for every record and rarely read (the many side of a one-to-many
+        #: join) pays a list append per write instead of an index update.
+        self._log: list[tuple[Any, Any]] = []
         #: Touches since the last pruning (at least the composite keys held), and how many
         #: trigger the next one.
         self._count = 0
         self._limit = _PRUNE_AT_LEAST
 
     def fresh(self) -> None:
-        if self._keys and not self.tx.dirty:
+        if (self._keys or self._log) and not self.tx.dirty:
             self._keys.clear()
+            self._log = []
             self._count = 0
 
     def touch(self, user_key: Any, composite: Any) -> None:
         """``composite`` (an entry of ``user_key``) was just written or deleted."""
-        keys = self._keys
-        entries = keys.get(user_key)
-        if entries is None:
-            keys[user_key] = {composite: None}
-        else:
-            entries[composite] = None
+        self._log.append((user_key, composite))
         self._count += 1
         if self._count > self._limit:
             self._prune()
+
+    def _index(self) -> dict[Any, dict[Any, None]]:
+        """The index, with the touches logged since the last read in it."""
+        keys = self._keys
+        if self._log:
+            for user_key, composite in self._log:
+                entries = keys.get(user_key)
+                if entries is None:
+                    keys[user_key] = {composite: None}
+                else:
+                    entries[composite] = None
+            self._log = []
+        return keys
 
     def _prune(self) -> None:
         """Keep the hints of entries still pending only (the others committed)."""
         pending = self.tx.pending_keys()
         kept: dict[Any, dict[Any, None]] = {}
+        log: list[tuple[Any, Any]] = []
         count = 0
-        for user_key, entries in self._keys.items() if pending else ():
-            live = {c: None for c in entries if c in pending}
-            if live:
-                kept[user_key] = live
-                count += len(live)
+        if pending:
+            log = [touched for touched in self._log if touched[1] in pending]
+            count = len(log)
+            for user_key, entries in self._keys.items():
+                live = {c: None for c in entries if c in pending}
+                if live:
+                    kept[user_key] = live
+                    count += len(live)
         self._keys = kept
+        self._log = log
         self._count = count
         self._limit = 2 * count + _PRUNE_AT_LEAST
 
     def of(self, user_key: Any) -> dict[Any, None]:
         self.fresh()
-        return self._keys.get(user_key, {})
+        return self._index().get(user_key, {})
 
     def all(self) -> list[Any]:
         """Every composite key written or deleted in the open transaction."""
         self.fresh()
-        return [c for entries in self._keys.values() for c in entries]
+        return [c for entries in self._index().values() for c in entries]
