@@ -260,3 +260,30 @@ async def test_the_buffers_bypass_the_read_cache(topology_driver: DriverFactory)
             assert opened[name]._cache is not tasks.cache, name
             assert not opened[name]._cache.enabled, name
         assert opened[unmatched[0]]._cache is tasks.cache
+
+
+async def test_a_partner_fetched_again_comes_from_the_read_cache(
+    topology_driver: DriverFactory,
+) -> None:
+    """One order, several payments (one-to-many): once the order has committed, the first
+    payment's fetch keeps it in the worker's read cache (the buffers' fetch cache,
+    state/join_windows.py) and the next payments find it there; the results are the same as
+    without the cache, each pair once."""
+    app = matching_app("ssd-fetch-cache")
+    async with topology_driver(app) as driver:
+        await driver.pipe("orders", "o1", key="a", timestamp=1_000)
+        await driver.run_until_idle()  # committed: the order is in the store, not pending
+        for n, t in ((1, 2_000), (2, 3_000), (3, 4_000)):
+            await driver.pipe("payments", f"p{n}", key="a", timestamp=t)
+        await driver.run_until_idle()
+        assert await results(driver) == [
+            ("a", ("o1", "p1"), 2_000),
+            ("a", ("o1", "p2"), 3_000),
+            ("a", ("o1", "p3"), 4_000),
+        ]
+        tasks = driver.worker().tasks
+        opened = {name: tx for task in tasks.running() for name, tx in task.tables.items()}
+        [left] = [tx for name, tx in opened.items() if name.endswith("-left")]
+        assert left.scans is not None and left.scans.cache is tasks.cache
+        assert len(left.scans) == 1  # the order's segment
+        assert left.scans.hits >= 2  # the second and third payments
