@@ -95,14 +95,28 @@ def _download(version: str, into: Path) -> Path:
 
 
 def _extract_examples(archive: Path, into: Path) -> None:
-    """Only ``<name>/examples/...`` members, as plain files (tarfile's 'data' filter)."""
+    """Only ``<name>/examples/...`` members, as plain files and folders: tarfile's 'data'
+    filter where this Python has it (3.11.4 and later), and on an older 3.11 (Debian 12's
+    3.11.2, which ``make setup`` picks there) the same limits applied here."""
     with tarfile.open(archive) as tar:
         members = []
         for member in tar.getmembers():
             parts = Path(member.name).parts
             if len(parts) >= 2 and parts[1] == "examples":
+                if ".." in parts or not (member.isfile() or member.isdir()):
+                    raise ToolchainError(
+                        f"{archive.name}: {member.name} is not a plain file or folder inside "
+                        "examples/; not extracting it"
+                    )
                 member.name = str(Path(*parts[1:]))
                 members.append(member)
         if not members:
             raise ToolchainError(f"{archive.name} has no examples/ folder")
-        tar.extractall(into, members=members, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(into, members=members, filter="data")
+            return
+        for member in members:  # what the 'data' filter does to a file or folder
+            member.mode &= 0o755
+            member.uid = member.gid = os.getuid()
+            member.uname = member.gname = ""
+        tar.extractall(into, members=members, numeric_owner=True)
