@@ -173,7 +173,9 @@ class Topic:
                 f"{self.name}.send() called outside a running worker; to feed a topic from a "
                 "script use `async with app.producer() as producer: await producer.send(...)`"
             )
-        raw_key, raw_value = self.encode(key, value)
+        # :meth:`encode`, inline: a call fewer a record on the hot path.
+        raw_key = None if key is None else self.key_codec.dumps(key)
+        raw_value = None if value is None else self.value_codec.dumps(value)
         future = runtime.send_nowait(self.name, raw_key, raw_value, headers, partition, timestamp)
         if future is None:  # no transaction begun yet, metadata unknown, a large value, ...
             future = await runtime.send_encoded(

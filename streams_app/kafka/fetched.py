@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from itertools import islice
 from typing import Any, NamedTuple
 
 from aiokafka.structs import TopicPartition
@@ -63,15 +64,50 @@ def record_builder(tp: TopicPartition) -> Callable[[Any, Any], FetchedRecord]:
     return build
 
 
+def lean_getall(result: Any) -> Callable[[int | None], list[Any]]:
+    """``FetchResult.getall`` for one fetch result, draining its records' generator in C.
+
+    aiokafka's ``getall`` takes each record through ``PartitionRecords.__next__`` (a Python
+    call around ``next`` on the generator) and appends it under a Python loop that checks
+    ``max_records``: two Python-level steps a record on top of the generator's own. Here
+    ``list`` (with ``islice`` for a limit) drains the generator directly. The generator is
+    aiokafka's, untouched: aborted transactions, control batches and CRC checks are its own,
+    and it moves ``next_fetch_offset`` past each record before yielding it, so the position
+    stored afterwards is the same as aiokafka's. A short take means the generator ended:
+    the result is done, as aiokafka marks it when ``__next__`` raises ``StopIteration``.
+    """
+
+    def getall(max_records: int | None = None) -> list[Any]:
+        if not result.check_assignment(result._topic_partition) or not result.has_more():
+            return []
+        records = result._partition_records
+        iterator = records._records_iterator
+        if iterator is None:  # ended under aiokafka's own ``__next__`` (``getone``)
+            result._update_position()
+            result._partition_records = None
+            return []
+        taken = list(iterator if max_records is None else islice(iterator, max_records))
+        result._update_position()
+        if max_records is None or len(taken) < max_records:
+            records._records_iterator = None  # as aiokafka's ``__next__`` does at the end
+            result._partition_records = None
+        return taken
+
+    return getall
+
+
 class _LeanFetchResults(OrderedDict[Any, Any]):
-    """The fetcher's ``_records``: each fetch result stored here builds :class:`FetchedRecord`."""
+    """The fetcher's ``_records``: each fetch result stored here builds :class:`FetchedRecord`,
+    and hands its records over with :func:`lean_getall`."""
 
     def __setitem__(self, tp: Any, result: Any) -> None:
         records = getattr(result, "_partition_records", None)
         if records is not None:
-            # An instance attribute shadows the method: the records' generator looks it up on
-            # every record, and has not started yet.
+            # Instance attributes shadow the methods: the records' generator looks
+            # ``_consumer_record`` up on every record, and has not started yet; the fetcher
+            # calls ``getall`` on the result.
             records._consumer_record = record_builder(tp)
+            result.getall = lean_getall(result)
         super().__setitem__(tp, result)
 
 

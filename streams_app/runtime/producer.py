@@ -147,6 +147,7 @@ class StreamsProducer:
         #: Sends held while a commit is in flight (None: not holding): see :meth:`hold`. Those
         #: that could not take the batch path, re-sent by :meth:`release`.
         self._held: list[tuple[HeldSend, str, Any, Any, Any, Any, Any]] | None = None
+        self._set_held(None)
         #: While holding: the batches opened since :meth:`hold` (they belong to the next
         #: transaction), and those of them that filled up, sealed, in order, not shipped.
         self._held_batches: list[OpenBatch] = []
@@ -457,7 +458,16 @@ class StreamsProducer:
         What is open now belongs to that transaction: it is shipped now (the commit's flush
         would ship it first thing anyway), so that every open batch from here on is held."""
         self._enqueue_open()
-        self._held = []
+        self._set_held([])
+
+    def _set_held(self, held: list[tuple[HeldSend, str, Any, Any, Any, Any, Any]] | None) -> None:
+        """Hold sends (a list) or stop holding (None), and point :meth:`send_nowait` at the
+        path it takes from now on. That instance attribute shadows the method: the
+        collector's call, on every record sent, lands on the path directly, a call fewer."""
+        self._held = held
+        vars(self)["send_nowait"] = (
+            self._send_unheld_nowait if held is None else self._send_held
+        )
 
     @property
     def holding(self) -> bool:
@@ -502,13 +512,14 @@ class StreamsProducer:
             raise
         finally:
             self._draining = False
-            self._held = None
+            self._set_held(None)
             if self._open and self._linger_handle is None:
                 self._linger_handle = self._clock.call_later(self._linger_s, self._lingered)
 
     def drop_held(self) -> None:
         """The records that made the held sends are undone: so are the sends."""
-        held, self._held = self._held, None
+        held = self._held
+        self._set_held(None)
         if held is None:
             return
         for future, *_ in held:
@@ -575,7 +586,8 @@ class StreamsProducer:
 
         Almost every record of a transaction takes this path. An ``await`` per layer between
         an agent's ``topic.send`` and the batch costs a coroutine object each; this is the one
-        place that knows when none is needed.
+        place that knows when none is needed. (Calls on an instance do not come here: they
+        find the path :meth:`_set_held` chose.)
         """
         if self._held is not None:
             return self._send_held(topic, key, value, partition, headers, timestamp_ms)

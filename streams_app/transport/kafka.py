@@ -846,8 +846,11 @@ class KafkaProducerClient:
         return self._sent(fut)
 
     def choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int | None:
+        producer = self._producer  # not ``_p``: a property call on every record sent
+        if producer is None:
+            raise TransportError("the producer is not started")
         try:
-            return self._p.choose_partition(topic, key, partition)
+            return producer.choose_partition(topic, key, partition)
         except ValueError as exc:
             raise TransportError(str(exc)) from exc
 

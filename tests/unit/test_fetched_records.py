@@ -90,3 +90,68 @@ def test_a_fetcher_with_deserializers_is_left_alone() -> None:
     fetcher = _Fetcher(key_deserializer=bytes.decode)
     assert not lean_records(fetcher)
     assert type(fetcher._records) is OrderedDict
+
+
+class _Position:
+    """aiokafka's partition state: not paused, at the fetch's offset; updates recorded."""
+
+    paused = False
+
+    def __init__(self) -> None:
+        self.position = 0
+        self.offsets: list[int] = []
+
+    def consumed_to(self, offset: int) -> None:
+        self.position = offset
+        self.offsets.append(offset)
+
+
+class _Assignment:
+    """What ``FetchResult`` reads of aiokafka's assignment: active, and the partition's
+    state."""
+
+    active = True
+
+    def __init__(self) -> None:
+        self.position = _Position()
+
+    def state_value(self, _tp: TopicPartition) -> _Position:
+        return self.position
+
+
+def _result(data: bytes, aborted: list[tuple[int, int]] | None, lean: bool) -> Any:
+    fetcher = _Fetcher()
+    if lean:
+        lean_records(fetcher)
+    records = PartitionRecords(
+        TP, MemoryRecords(data), aborted, 0, None, None, True, READ_COMMITTED
+    )
+    fetcher._records[TP] = FetchResult(
+        TP, assignment=_Assignment(), partition_records=records, backoff=0
+    )
+    return fetcher._records[TP]
+
+
+def test_getall_hands_over_what_aiokafkas_does_take_by_take() -> None:
+    """The lean ``getall`` against aiokafka's, on the same batches (an aborted transaction, a
+    committed one, a plain batch), for every limit: the same offsets take by take, the same
+    positions stored, and the result done after the same take."""
+    data = (
+        _batch(0, 3, producer_id=7, txn=True)
+        + _batch(3, 4, producer_id=8, txn=True)
+        + _batch(7, 5)
+    )
+    for limit in (None, 1, 2, 3, 4, 8, 9, 100):
+        lean, plain = _result(data, [(7, 0)], True), _result(data, [(7, 0)], False)
+        assert "getall" in vars(lean) and "getall" not in vars(plain)
+        takes: dict[bool, list[tuple[list[int], bool]]] = {True: [], False: []}
+        for kind, result in ((True, lean), (False, plain)):
+            for _ in range(12):
+                taken = result.getall(limit)
+                takes[kind].append(([r.offset for r in taken], result.has_more()))
+                if not result.has_more():
+                    break
+        assert takes[True] == takes[False], limit
+        assert lean._assignment.position.offsets == plain._assignment.position.offsets
+        assert [o for t, _ in takes[True] for o in t] == list(range(3, 12))
+        assert not lean.has_more()

@@ -157,12 +157,23 @@ class RecordCollector:
         no such path."""
         if not in_processing.get():
             return None
+        if headers is None and self._lineage_only:  # :meth:`headers`' common case, inline
+            event = current_event.get()
+            if event is None or event.offset < 0:
+                out = None
+            else:
+                src_topic, src_partition = self._lineage.get(
+                    (event.topic, event.partition)
+                ) or self._lineage_of(event)
+                out = [src_topic, src_partition, (H_SRC_OFFSET, b"%d" % event.offset)]
+        else:
+            out = self.headers(headers)
         return self._producer.send_nowait(
             topic,
             key,
             value,
             partition,
-            self.headers(headers),
+            out,
             None if timestamp is None else round(timestamp * 1000),
         )
 
