@@ -361,14 +361,29 @@ def payload_finisher(codec: Codec) -> Callable[[Any], Any] | None:
         return lambda payload: from_payload(inner(payload))
     if codec.typ is not None:
         return from_payload
+    return _FaustOnly(from_payload)
 
-    def untyped(payload: Any) -> Any:
-        # _reconstruct leaves everything but an object with Faust's metadata as it is.
+
+class _FaustOnly:
+    """An untyped JSON codec's finisher: ``_reconstruct`` leaves everything but an object with
+    Faust's metadata as it is."""
+
+    __slots__ = ("from_payload",)
+
+    def __init__(self, from_payload: Callable[[Any], Any]) -> None:
+        self.from_payload = from_payload
+
+    def __call__(self, payload: Any) -> Any:
         if type(payload) is dict and "__faust" in payload:
-            return from_payload(payload)
+            return self.from_payload(payload)
         return payload
 
-    return untyped
+
+def finishes_only_faust(finish: Callable[[Any], Any]) -> bool:
+    """True when ``finish`` (from :func:`payload_finisher`) returns every payload as it is
+    except a JSON object with Faust's metadata (a ``__faust`` key): the dispatcher, which
+    looks for that key anyway (Faust's RPC envelope), calls it only for those objects."""
+    return finish is _same or type(finish) is _FaustOnly
 
 
 CodecSpec: TypeAlias = "str | type[Any] | Codec | None"

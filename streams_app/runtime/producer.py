@@ -465,9 +465,7 @@ class StreamsProducer:
         path it takes from now on. That instance attribute shadows the method: the
         collector's call, on every record sent, lands on the path directly, a call fewer."""
         self._held = held
-        vars(self)["send_nowait"] = (
-            self._send_unheld_nowait if held is None else self._send_held
-        )
+        vars(self)["send_nowait"] = self._send_unheld_nowait if held is None else self._send_held
 
     @property
     def holding(self) -> bool:

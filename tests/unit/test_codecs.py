@@ -284,7 +284,7 @@ FINISHER_DOCUMENTS = [
 def test_payload_finisher_finishes_a_decoded_value_as_the_codec_reads_the_bytes(spec: Any) -> None:
     """The dispatcher parses a JSON topic's value once and hands the payload to the finisher:
     the same value, or the same error, as the topic's codec reading the bytes."""
-    from streams_app.codecs import json_loads, payload_finisher
+    from streams_app.codecs import finishes_only_faust, json_loads, payload_finisher
 
     for checked in (False, True):
         codec = codec_for(spec, None, "json") if spec is not None else resolve_codec("json")
@@ -304,6 +304,15 @@ def test_payload_finisher_finishes_a_decoded_value_as_the_codec_reads_the_bytes(
             except DecodeError as exc:
                 got = ("error", str(exc))
             assert repr(got) == repr(expected), (codec, data)
+            try:
+                payload = json_loads(data)
+            except DecodeError:
+                continue
+            if finishes_only_faust(finish) and not (
+                type(payload) is dict and "__faust" in payload
+            ):
+                # The dispatcher skips such a finisher for this payload: it must be a no-op.
+                assert finish(payload) is payload, (codec, data)
 
 
 def test_payload_finisher_is_none_for_codecs_that_do_not_parse_json() -> None:
@@ -323,3 +332,13 @@ def test_payload_finisher_is_none_for_codecs_that_do_not_parse_json() -> None:
     assert payload_finisher(Custom()) is None
     assert payload_finisher(TypedCodec(Custom(), int)) is None
     assert payload_finisher(TypedCodec(RawCodec(), str)) is None
+
+
+def test_the_untyped_json_finishers_are_the_ones_the_dispatcher_may_skip() -> None:
+    from streams_app.codecs import finishes_only_faust, payload_finisher
+
+    assert finishes_only_faust(payload_finisher(resolve_codec("json")))  # type: ignore[arg-type]
+    untyped = payload_finisher(codec_for(None, None, "json"))
+    assert untyped is not None and finishes_only_faust(untyped)
+    typed = payload_finisher(codec_for(int, None, "json"))
+    assert typed is not None and not finishes_only_faust(typed)

@@ -137,9 +137,7 @@ def test_getall_hands_over_what_aiokafkas_does_take_by_take() -> None:
     committed one, a plain batch), for every limit: the same offsets take by take, the same
     positions stored, and the result done after the same take."""
     data = (
-        _batch(0, 3, producer_id=7, txn=True)
-        + _batch(3, 4, producer_id=8, txn=True)
-        + _batch(7, 5)
+        _batch(0, 3, producer_id=7, txn=True) + _batch(3, 4, producer_id=8, txn=True) + _batch(7, 5)
     )
     for limit in (None, 1, 2, 3, 4, 8, 9, 100):
         lean, plain = _result(data, [(7, 0)], True), _result(data, [(7, 0)], False)

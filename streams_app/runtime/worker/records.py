@@ -18,7 +18,13 @@ from collections.abc import Mapping, Sequence
 from contextvars import Token
 from typing import TYPE_CHECKING
 
-from streams_app.codecs import DecodeError, TombstoneError, json_loads, payload_finisher
+from streams_app.codecs import (
+    DecodeError,
+    TombstoneError,
+    finishes_only_faust,
+    json_loads,
+    payload_finisher,
+)
 from streams_app.errors import InvalidTimestamp
 from streams_app.runtime import rpc
 from streams_app.runtime.actor import AgentRunner
@@ -67,6 +73,8 @@ class RecordDispatcher:
         # A JSON topic's values are parsed once, and the RPC envelope looked for in the object
         # (None: another codec; its values' bytes are scanned for the envelope instead).
         finish = payload_finisher(topic.value_codec)
+        # Almost every JSON topic's finisher changes only objects with Faust's metadata.
+        faust_only = finish is not None and finishes_only_faust(finish)
         tombstones = topic.accepts_tombstones
         streams = [
             actors[tp.partition % len(actors)].input for actors in self.runner.actor_lists(tp.topic)
@@ -162,9 +170,14 @@ class RecordDispatcher:
                         value = None
                     elif finish is not None:
                         payload = json_loads(raw_value)
-                        if reply_to is None and type(payload) is dict and "__faust" in payload:
-                            envelope = rpc.envelope_of(payload)
-                        if envelope is None:
+                        if type(payload) is dict and "__faust" in payload:
+                            if reply_to is None:
+                                envelope = rpc.envelope_of(payload)
+                            if envelope is None:
+                                value = finish(payload)
+                        elif faust_only:
+                            value = payload
+                        else:
                             value = finish(payload)
                     elif reply_to is None and raw_value[:1] == b"{":
                         envelope = rpc.unwrap_envelope(raw_value)
