@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from streams_app.app import joins
 from streams_app.app.windows import Duration, instant_ms
-from streams_app.codecs import Codec, CodecSpec, RecordCodec, codec_for
+from streams_app.codecs import Codec, CodecSpec, RecordCodec, codec_for, plain_of
 from streams_app.errors import InvalidTimestamp, TopologyError
 from streams_app.topology.contract import SendFuture, current_runtime
 
@@ -77,10 +77,10 @@ class Topic:
         conf = app.conf
         # Faust's codecs (keys raw, values JSON by default). Decoding checks the declared
         # types: a value that does not fit is a poison record for the dead-letter topic.
-        self.key_codec: Codec = codec_for(
+        self.key_codec = codec_for(
             key_type, key_serializer, getattr(conf, "key_serializer", "raw"), checked=True
         )
-        self.value_codec: Codec = codec_for(
+        self.value_codec = codec_for(
             value_type, value_serializer, getattr(conf, "value_serializer", "json"), checked=True
         )
         self.partitions = partitions
@@ -173,9 +173,20 @@ class Topic:
                 f"{self.name}.send() called outside a running worker; to feed a topic from a "
                 "script use `async with app.producer() as producer: await producer.send(...)`"
             )
-        # :meth:`encode`, inline: a call fewer a record on the hot path.
-        raw_key = None if key is None else self.key_codec.dumps(key)
-        raw_value = None if value is None else self.value_codec.dumps(value)
+        # :meth:`encode`, inline, with the codecs' plain types checked here (the codecs'
+        # ``plain``): up to three calls fewer a record on the hot path.
+        if key is None:
+            raw_key = None
+        elif type(key) is self._key_plain:
+            raw_key = self._key_dumps(key)
+        else:
+            raw_key = self._key_codec.dumps(key)
+        if value is None:
+            raw_value = None
+        elif type(value) is self._value_plain:
+            raw_value = self._value_dumps(value)
+        else:
+            raw_value = self._value_codec.dumps(value)
         future = runtime.send_nowait(self.name, raw_key, raw_value, headers, partition, timestamp)
         if future is None:  # no transaction begun yet, metadata unknown, a large value, ...
             future = await runtime.send_encoded(
@@ -375,6 +386,24 @@ class Topic:
             idle_close=idle_close,
             name=name,
         )
+
+    @property
+    def key_codec(self) -> Codec:
+        return self._key_codec
+
+    @key_codec.setter
+    def key_codec(self, codec: Codec) -> None:
+        self._key_codec = codec
+        self._key_plain, self._key_dumps = plain_of(codec)
+
+    @property
+    def value_codec(self) -> Codec:
+        return self._value_codec
+
+    @value_codec.setter
+    def value_codec(self, codec: Codec) -> None:
+        self._value_codec = codec
+        self._value_plain, self._value_dumps = plain_of(codec)
 
     def encode(self, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
         return (

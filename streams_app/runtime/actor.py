@@ -303,7 +303,9 @@ class AgentRunner:
     async def wait_settled(self) -> None:
         """Until every actor waits for input, or is parked (an RPC), or holds a ``take``."""
         busy = [a.input.wait_settled() for a in self.actors if not a.input.settled]
-        if busy:
+        if len(busy) == 1:
+            await busy[0]  # the usual case: no task for gather to wrap it in
+        elif busy:
             await asyncio.gather(*busy)
 
     wait_idle = wait_settled

@@ -611,6 +611,16 @@ class StreamsProducer:
         chosen = batcher.choose_partition(topic, key, partition)
         if chosen is None:
             return None
+        # :meth:`_append` when the partition's batch is open and takes the record, inline:
+        # a call fewer on almost every record sent.
+        tp = (topic, chosen)
+        batch = self._open.get(tp)
+        if batch is not None and (not headers or type(headers) is list):
+            appended = batch.append(batch.count, timestamp_ms, key, value, headers or _NO_HEADERS)
+            if appended is not None:
+                batch.count += 1
+                return RecordFuture(batch, appended)
+            self._enqueue(self._open.pop(tp))  # full: _append starts the next one
         return self._append(topic, chosen, key, value, headers, timestamp_ms)
 
     async def send(

@@ -15,7 +15,7 @@ from collections.abc import Iterator, KeysView, Mapping
 from itertools import islice
 from typing import Any
 
-from streams_app.codecs import Codec
+from streams_app.codecs import Codec, plain_of
 from streams_app.state.cache import MISS, CacheSegment, ReadCache, entry_size, entry_sizes
 from streams_app.state.sizing import shared
 
@@ -296,8 +296,17 @@ class PartitionTransaction:
         """Encode the pending writes once: the changelog records and the store batch."""
         if self._prepared is None:
             encode_key, encode_value = self.key_codec.dumps, self.value_codec.dumps
+            # The codecs' plain types (a text key, a count) are checked here: calls fewer.
+            key_plain, plain_key = plain_of(self.key_codec)
+            value_plain, plain_value = plain_of(self.value_codec)
             self._prepared = {
-                encode_key(k): (None if v is DELETED else encode_value(v))
+                (plain_key(k) if type(k) is key_plain else encode_key(k)): (
+                    None
+                    if v is DELETED
+                    else plain_value(v)
+                    if type(v) is value_plain
+                    else encode_value(v)
+                )
                 for k, v in self._dirty.items()
             }
         return self._prepared

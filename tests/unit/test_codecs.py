@@ -308,9 +308,7 @@ def test_payload_finisher_finishes_a_decoded_value_as_the_codec_reads_the_bytes(
                 payload = json_loads(data)
             except DecodeError:
                 continue
-            if finishes_only_faust(finish) and not (
-                type(payload) is dict and "__faust" in payload
-            ):
+            if finishes_only_faust(finish) and not (type(payload) is dict and "__faust" in payload):
                 # The dispatcher skips such a finisher for this payload: it must be a no-op.
                 assert finish(payload) is payload, (codec, data)
 
@@ -342,3 +340,39 @@ def test_the_untyped_json_finishers_are_the_ones_the_dispatcher_may_skip() -> No
     assert untyped is not None and finishes_only_faust(untyped)
     typed = payload_finisher(codec_for(int, None, "json"))
     assert typed is not None and not finishes_only_faust(typed)
+
+
+@pytest.mark.parametrize(
+    ("spec", "serializer", "values"),
+    [
+        (str, "raw", ["k", "", "é", "10"]),
+        (int, "json", [0, -3, 10**30]),
+        (str, "json", ["k", 'q"uote', "é"]),
+        (float, "json", [1.5]),
+        (None, "json", [{"a": 1}, [1], "s", 3]),
+    ],
+    ids=repr,
+)
+def test_a_topic_encodes_as_its_codecs_do_plain_types_included(
+    spec: Any, serializer: str, values: list[Any]
+) -> None:
+    """``Topic.send`` checks its codecs' plain types itself (``TypedCodec.plain``): the bytes
+    are the codecs' own, and a codec set on the topic later is the one used."""
+    from streams_app import App
+
+    app = App("plain-codecs")
+    topic = app.topic(
+        "t", key_type=spec, key_serializer=serializer, value_type=spec, value_serializer=serializer
+    )
+    for codec, plain, dumps in (
+        (topic.key_codec, topic._key_plain, topic._key_dumps),
+        (topic.value_codec, topic._value_plain, topic._value_dumps),
+    ):
+        for value in values:
+            expected = codec.dumps(value)
+            assert (dumps(value) if type(value) is plain else codec.dumps(value)) == expected
+        assert (plain in (str, int)) == (spec in (str, int)), (plain, spec)
+    topic.key_codec = codec_for(int, None, "json")
+    assert topic._key_plain is int and topic._key_dumps(7) == b"7"
+    topic.key_codec = resolve_codec("raw")
+    assert topic._key_plain not in (str, int, bytes)
