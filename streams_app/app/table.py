@@ -524,7 +524,7 @@ class Table(MutableMapping[Any, Any]):
 
     # The accessors below look for the record's transaction inline (the first lines of
     # :meth:`_transaction`) before calling it: ``t[k] += 1`` then ``t[k]`` is three accesses
-    # a record, and a call fewer each was 2 % of a counting worker's CPU.
+    # a record, and each saves a call (BENCHMARKS.md, "Calls fewer on every record").
 
     def __getitem__(self, key: Any) -> Any:
         event = current_event.get()
