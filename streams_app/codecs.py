@@ -343,6 +343,14 @@ def _same(payload: Any) -> Any:
     return payload
 
 
+def reads_raw_text(codec: Codec) -> bool:
+    """Whether ``codec.loads(data)`` is ``data.decode()`` for every ``bytes`` it decodes
+    (a text key, the usual one): the record dispatcher then decodes keys inline, a call fewer
+    on every record, and leaves to ``loads`` only the ones that are not UTF-8 (so that the
+    dead letter carries ``loads``' own error)."""
+    return type(codec) is TypedCodec and codec._raw_text
+
+
 def payload_finisher(codec: Codec) -> Callable[[Any], Any] | None:
     """``finish`` such that ``codec.loads(data)`` is ``finish(json_loads(data))`` for every
     ``data``, when ``codec`` is one of ours that parses JSON; None for any other codec.

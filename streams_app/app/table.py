@@ -529,7 +529,16 @@ class Table(MutableMapping[Any, Any]):
     def __getitem__(self, key: Any) -> Any:
         event = current_event.get()
         tx = self._event_tx if event is self._event and event is not None else self._transaction()
-        value = tx.get(key, _MISSING) if tx is not None else self._committed(key)
+        if tx is None:
+            value = self._committed(key)
+        else:
+            # The record's own pending write first (a dict lookup in C): ``counts[key] += 1``
+            # reads a key the transaction has written, as the next read of it does.
+            value = tx.pending_get(key, _MISSING)
+            if value is _MISSING:
+                value = tx.get(key, _MISSING)
+            elif value is DELETED:
+                value = _MISSING
         if value is _MISSING:
             if self.default is None:
                 raise KeyError(key)

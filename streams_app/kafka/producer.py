@@ -455,7 +455,17 @@ class TransactionalProducer(AIOKafkaProducer):  # type: ignore[misc]
             by_key[key] = chosen
         return chosen
 
+    def keyed_partitions(self, topic: str) -> dict[bytes, int] | None:
+        """The live key -> partition answers of :meth:`choose_partition` for ``topic`` (None:
+        its metadata is not known yet). A hot caller may look a key up here first and call
+        :meth:`choose_partition` on a miss; a metadata update empties the dict, so a caller
+        holding it misses from then on and fetches the new one."""
+        entry = self._topic_partitions.get(topic)
+        return None if entry is None else entry[2]
+
     def _metadata_updated(self, _cluster: Any) -> None:
+        for _valid, _ordered, by_key in self._topic_partitions.values():
+            by_key.clear()  # holders of keyed_partitions miss from now on
         self._topic_partitions.clear()  # partition counts may have changed
 
     # -- sends -------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from streams_app.aio import cancel_and_wait
@@ -131,6 +131,11 @@ class StreamsProducer:
         self._pending_topics: list[str] = []
         # The batch path (see the module doc); _batcher is None with transports that lack it.
         self._batcher: BatchingProducerClient | None = None
+        #: topic -> the batcher's own key -> partition answers (``keyed_partitions``, a
+        #: transport's option): a keyed record's partition in two dict lookups, not through
+        #: ``choose_partition``'s calls; a miss asks ``choose_partition`` and refreshes the dict.
+        self._keyed: dict[str, dict[bytes, int]] = {}
+        self._keyed_of: Callable[[str], dict[bytes, int] | None] | None = None
         self._direct: DirectBatchingProducerClient | None = None
         self._open: dict[tuple[str, int], OpenBatch] = {}
         self._queue: deque[OpenBatch] = deque()
@@ -274,12 +279,15 @@ class StreamsProducer:
         self._client = client
         self._batcher = client if isinstance(client, BatchingProducerClient) else None
         self._direct = client if isinstance(client, DirectBatchingProducerClient) else None
+        self._keyed = {}
+        self._keyed_of = getattr(self._batcher, "keyed_partitions", None)
 
     async def stop(self) -> None:
         self.drop_held()
         await self._drop_batches()
         client, self._client = self._client, None
         self._batcher = self._direct = None
+        self._keyed, self._keyed_of = {}, None
         self._clear_pending()
         self._in_transaction = False
         self._began = None
@@ -550,7 +558,13 @@ class StreamsProducer:
             and batcher is not None
             and (value is None or len(value) <= self._direct_bytes)
         ):
-            chosen = batcher.choose_partition(topic, key, partition)
+            if (
+                partition is not None
+                or key is None
+                or (by_key := self._keyed.get(topic)) is None
+                or (chosen := by_key.get(key)) is None
+            ):
+                chosen = self._choose(batcher, topic, key, partition)
             if chosen is not None:
                 return self._append(topic, chosen, key, value, headers, timestamp_ms)
         held = HeldSend()
@@ -608,9 +622,15 @@ class StreamsProducer:
             or len(self._queue) >= self.MAX_QUEUED_BATCHES
         ):
             return None
-        chosen = batcher.choose_partition(topic, key, partition)
-        if chosen is None:
-            return None
+        if (
+            partition is not None
+            or key is None
+            or (by_key := self._keyed.get(topic)) is None
+            or (chosen := by_key.get(key)) is None
+        ):
+            chosen = self._choose(batcher, topic, key, partition)
+            if chosen is None:
+                return None
         # :meth:`_append` when the partition's batch is open and takes the record, inline:
         # a call fewer on almost every record sent.
         tp = (topic, chosen)
@@ -622,6 +642,19 @@ class StreamsProducer:
                 return RecordFuture(batch, appended)
             self._enqueue(self._open.pop(tp))  # full: _append starts the next one
         return self._append(topic, chosen, key, value, headers, timestamp_ms)
+
+    def _choose(
+        self, batcher: BatchingProducerClient, topic: str, key: bytes | None, partition: int | None
+    ) -> int | None:
+        """``choose_partition``, for a record that missed :attr:`_keyed`; a keyed record's
+        answer is remembered there (the batcher's dict itself, refreshed)."""
+        chosen = batcher.choose_partition(topic, key, partition)
+        keyed_of = self._keyed_of
+        if chosen is not None and key is not None and partition is None and keyed_of is not None:
+            by_key = keyed_of(topic)
+            if by_key is not None:
+                self._keyed[topic] = by_key
+        return chosen
 
     async def send(
         self,

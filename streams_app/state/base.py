@@ -11,7 +11,7 @@ only the changelog tail after that offset instead of wiping and replaying everyt
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, KeysView, Mapping
+from collections.abc import Callable, Iterator, KeysView, Mapping
 from itertools import islice
 from typing import Any
 
@@ -163,6 +163,7 @@ class PartitionTransaction:
         "_segment",
         "key_codec",
         "partition",
+        "pending_get",
         "scans",
         "value_codec",
     )
@@ -189,6 +190,10 @@ class PartitionTransaction:
         )
         #: key object -> value object or DELETED: the pending writes, in first-write order.
         self._dirty: dict[Any, Any] = {}
+        #: ``dict.get`` of the pending writes (a value, DELETED, or the default): a table's
+        #: accessor tries it before :meth:`get`, and a key written by this transaction, as
+        #: every key is by the time it is read again, is found without a Python call.
+        self.pending_get: Callable[[Any, Any], Any] = self._dirty.get
         self._prepared: dict[bytes, bytes | None] | None = None
         #: While a commit is in flight: the writes it carries (decoded, and encoded for the
         #: store), and the keys written again since (None: nothing sealed).
@@ -323,6 +328,7 @@ class PartitionTransaction:
                 self._sampled_bytes = sum(sizes)
                 self._sampled_entries = len(sizes)
             self._dirty = {}
+            self.pending_get = self._dirty.get
         self._counted = 0
         self._prepared = None
 
@@ -365,6 +371,7 @@ class PartitionTransaction:
         """The transaction aborted: forget every pending write and every cached read."""
         self._sealed = self._sealed_batch = self._rewritten = None
         self._dirty = {}
+        self.pending_get = self._dirty.get
         self._counted = 0
         self._prepared = None
         self._segment.clear()

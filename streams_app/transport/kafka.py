@@ -854,6 +854,13 @@ class KafkaProducerClient:
         except ValueError as exc:
             raise TransportError(str(exc)) from exc
 
+    def keyed_partitions(self, topic: str) -> dict[bytes, int] | None:
+        """The producer's remembered key -> partition answers for ``topic``, live (see
+        ``TransactionalProducer.keyed_partitions``); None before it is started or while the
+        topic's metadata is unknown."""
+        producer = self._producer
+        return None if producer is None else producer.keyed_partitions(topic)
+
     async def wait_for_topic(self, topic: str) -> None:
         try:
             await self._p.partitions_for(topic)

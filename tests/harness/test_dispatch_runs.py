@@ -83,3 +83,26 @@ async def test_a_run_reaches_the_agents_in_order_around_its_dead_letters(
     # autodetection); everything else stays as decoded.
     assert by_key["u"] == [{"a": 1}, Point(x=7, y=8), "text"]
     assert dead["untyped"] == [b"{"]
+
+
+@pytest.mark.streams_backends("memory")
+async def test_text_keys_decoded_inline_dead_letter_what_is_not_utf8(
+    topology_driver: DriverFactory,
+) -> None:
+    """Text keys are decoded inline by the dispatcher (``codecs.reads_raw_text``); a key that
+    is not UTF-8 is still dead-lettered with the key codec's own error, and the good records
+    around it reach the agent in order with the same keys the codec would give."""
+    seen: list[tuple[str, object]] = []
+    app = seeing_app(seen)
+    async with topology_driver(app) as driver:
+        await driver.stop_worker(0, run=False)  # every record below in one fetched run
+        keys = [b"a", "é東".encode(), b"\xff\xfe", b"", b"b\x80", b"c"]
+        await driver.pipe_many("numbers", [(k, b"%d" % i) for i, k in enumerate(keys)], raw=True)
+        await driver.restart(0)
+        await driver.run_until_idle()
+        dead = await driver.read("numbers.dlq")
+    assert seen == [("a", 0), ("é東", 1), ("", 3), ("c", 5)]
+    assert [r.value for r in dead] == [b"2", b"4"]
+    for record in dead:
+        errors = [v for k, v in record.headers if b"not UTF-8" in v]
+        assert errors, record.headers

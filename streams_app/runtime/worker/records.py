@@ -24,6 +24,7 @@ from streams_app.codecs import (
     finishes_only_faust,
     json_loads,
     payload_finisher,
+    reads_raw_text,
 )
 from streams_app.errors import InvalidTimestamp
 from streams_app.runtime import rpc
@@ -69,6 +70,9 @@ class RecordDispatcher:
     async def dispatch(self, task: Task, tp: TopicPartition, records: Sequence[RecordLike]) -> int:
         topic = self.topics[tp.topic]
         load_key, load_value = topic.key_codec.loads, topic.value_codec.loads
+        # Text keys are decoded inline; a key that is not UTF-8 goes to ``load_key`` for the
+        # codec's own error.
+        text_keys = reads_raw_text(topic.key_codec)
         from_payload = getattr(topic.value_codec, "from_payload", None)
         # A JSON topic's values are parsed once, and the RPC envelope looked for in the object
         # (None: another codec; its values' bytes are scanned for the envelope instead).
@@ -157,7 +161,15 @@ class RecordDispatcher:
                     headers = tuple(headers)
                 reply_to = correlation_id = None
                 try:
-                    key = None if raw_key is None else load_key(raw_key)
+                    if raw_key is None:
+                        key = None
+                    elif text_keys and type(raw_key) is bytes:
+                        try:
+                            key = raw_key.decode()
+                        except UnicodeDecodeError:
+                            key = load_key(raw_key)
+                    else:
+                        key = load_key(raw_key)
                     if headers:
                         reply_to, correlation_id = rpc.request_headers(headers)
                     envelope = None
