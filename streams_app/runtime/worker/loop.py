@@ -218,6 +218,13 @@ class Loop:
             batch.processed_during_commit += batch.records_processed - before
             if sum(map(len, fetched.values())) < MEANWHILE_SLICE:
                 return  # what was fetched is done
+            # Let the commit's answers in. A slice suspends only where something waits: an
+            # agent's task, a send. A topology without agents (joins, tables built from
+            # topics) hands every record over without an await, and a fetch of records
+            # already here does not wait either; without this the commit in flight got the
+            # event loop only once everything fetched was processed, in slices, and the fetches
+            # behind it waited too (BENCHMARKS.md, "A commit that waited for the whole fetch").
+            await asyncio.sleep(0)
 
     async def _restore_unless_stopped(self) -> None:
         """Restore, but a stop request ends the restore (it resumes from its checkpoint at the
