@@ -141,6 +141,12 @@ class Loop:
                     # for the commit goes out instead, and the commit has less to send
                     # (settings.effective_producer_linger_ms).
                     self.producer.send_lingering()
+            # The rest of the worker's turn: the fetcher's next request, the producer's
+            # sender, the heartbeat, the web server. A batch suspends only where something
+            # waits (an agent's task, a send, a commit); one of a topology without agents
+            # (joins, tables built from topics) does not, nor does a poll of records already
+            # fetched, and batch after batch went by without them until a commit waited.
+            await asyncio.sleep(0)
 
     async def step(self, batch: Batch, interval: float) -> None:
         """Process ``batch`` (or settle, when empty), then commit if due; failures handled."""
