@@ -83,3 +83,16 @@ def test_the_runtime_producer_keeps_the_batchers_own_dict_and_refreshes_it_on_a_
     chooser.by_key = {}  # the batcher's metadata moved on: a new dict
     assert producer._choose(chooser, "out", b"xyz", None) == 3  # type: ignore[arg-type]
     assert producer._keyed["out"] is chooser.by_key == {b"xyz": 3}
+
+
+def test_a_keyed_record_found_in_the_dict_asks_the_batcher_nothing() -> None:
+    producer = StreamsProducer(None, ProducerConfig(transactional_id="tx"))  # type: ignore[arg-type]
+    chooser = _Chooser()
+    producer._keyed_of = chooser.keyed_partitions
+    assert producer._partition_of(chooser, "out", b"abc", None) == 3  # type: ignore[arg-type]
+    assert chooser.calls == 1
+    assert producer._partition_of(chooser, "out", b"abc", None) == 3  # type: ignore[arg-type]
+    assert chooser.calls == 1  # from the dict
+    assert producer._partition_of(chooser, "out", b"abc", 0) == 0  # type: ignore[arg-type]
+    assert producer._partition_of(chooser, "out", None, None) == 3  # type: ignore[arg-type]
+    assert chooser.calls == 3  # explicit partitions and keyless records are always asked
