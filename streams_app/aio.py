@@ -31,6 +31,74 @@ async def within(awaitable: Awaitable[T], timeout: float | None) -> T:
         return await awaitable
 
 
+class Flag:
+    """``asyncio.Event`` for the paths a worker takes on every batch: an agent's wake-up and
+    the worker's wait for its agents to settle.
+
+    ``asyncio.Event.wait`` asks for the running loop at every wait, and on CPython 3.11 that
+    is a ``getpid`` system call each (to notice a fork); with ``asyncio.timeout`` around it,
+    two more. In a saturated worker, whose agents wait and wake once a slice of 32 records
+    while a commit is in flight, those calls were 2% of its CPU (BENCHMARKS.md, "The fetch
+    unpacked a batch at a time"). This flag asks once, at its first wait, and keeps the loop,
+    as ``asyncio.Event`` itself binds to the loop of its first wait and refuses any other.
+    """
+
+    __slots__ = ("_loop", "_value", "_waiters")
+
+    def __init__(self) -> None:
+        self._value = False
+        self._waiters: list[asyncio.Future[bool]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def is_set(self) -> bool:
+        return self._value
+
+    def set(self) -> None:
+        if not self._value:
+            self._value = True
+            for waiter in self._waiters:
+                if not waiter.done():
+                    waiter.set_result(True)
+
+    def clear(self) -> None:
+        self._value = False
+
+    async def wait(self) -> bool:
+        if self._value:
+            return True
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        finally:
+            self._waiters.remove(waiter)
+
+    async def wait_within(self, timeout: float) -> bool:
+        """:meth:`wait` for at most ``timeout`` seconds: False when the time ran out first.
+        A cancellation is raised here as from any ``await`` (no ``wait_for``, see above)."""
+        if self._value:
+            return True
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiters.append(waiter)
+        timer = loop.call_later(timeout, _expire, waiter)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self._waiters.remove(waiter)
+
+
+def _expire(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
+
+
 #: How long cancelled tasks may carry on before they are cancelled again: longer than a
 #: client's own clean-up on cancel (psycopg waits up to 5 + 5 s for a query's cancellation).
 RECANCEL_AFTER_S = 12.0

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from streams_app.aio import within
+from streams_app.aio import Flag, within
 from streams_app.topology.contract import Event, TopicPartitionView, current_event
 
 if TYPE_CHECKING:
@@ -68,8 +68,8 @@ class _Core:
 
     def __init__(self) -> None:
         self.inbox: deque[Event] = deque()
-        self.settled = asyncio.Event()
-        self.wakeup = asyncio.Event()
+        self.settled = Flag()
+        self.wakeup = Flag()
         self.started = False
         self.parked = 0
         self.holding = False
@@ -458,6 +458,10 @@ class Stream:
 
     async def wait_settled(self) -> None:
         await self._core.settled.wait()
+
+    async def settled_within(self, timeout: float) -> bool:
+        """:meth:`wait_settled` for at most ``timeout`` seconds: False if still busy then."""
+        return await self._core.settled.wait_within(timeout)
 
     wait_idle = wait_settled
 

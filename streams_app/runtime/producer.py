@@ -766,12 +766,29 @@ class StreamsProducer:
         if batcher.choose_partition(topic, None, partition) is None:
             await batcher.wait_for_topic(topic)
             batcher.choose_partition(topic, None, partition)  # checks the partition exists
-        append = self._append
+        # :meth:`_append`'s lines, inline: a call and a RecordFuture fewer a record (the
+        # caller keeps only the last record's future). A changelog holds about one record for
+        # every two a saturated count processes.
+        tp = (topic, partition)
+        batch = self._open.get(tp)
+        if batch is None:
+            batch = self._open_batch(topic, partition)
+        append, count = batch.append, batch.count
         for key, value in records:
-            sent = append(topic, partition, key, value, None, None)
+            appended = append(count, None, key, value, _NO_HEADERS)
+            if appended is None:  # full: ship it, start the next one
+                batch.count = count
+                self._enqueue(self._open.pop(tp))
+                batch = self._open_batch(topic, partition)
+                append, count = batch.append, 0
+                appended = append(0, None, key, value, _NO_HEADERS)
+                assert appended is not None  # the first record always fits
+            count += 1
+        batch.count = count
+        assert appended is not None  # records is not empty
         if len(self._queue) > self.MAX_QUEUED_BATCHES:
             await self._wait_shipped()
-        return sent
+        return RecordFuture(batch, appended)
 
     # -- the batch path -------------------------------------------------------------------
 

@@ -68,10 +68,16 @@ class Watchdog:
         loop = asyncio.get_running_loop()
         if self.busy_since is None:
             self.busy_since = loop.time()
-        remaining = self.busy_since + self.timeout - loop.time()
-        try:
-            await within(runner.wait_settled(), max(0.0, remaining))
-        except TimeoutError:
+        remaining = max(0.0, self.busy_since + self.timeout - loop.time())
+        if len(busy) == 1:  # the usual case: one flag to wait on, no coroutines around it
+            settled = await busy[0].input.settled_within(remaining)
+        else:
+            try:
+                await within(runner.wait_settled(), remaining)
+                settled = True
+            except TimeoutError:
+                settled = False
+        if not settled:
             failures = self._timed_out(runner, loop.time() - self.busy_since)
             self.busy_since = None
             return failures

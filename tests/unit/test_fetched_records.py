@@ -4,12 +4,16 @@ fed with record batches built by its own C builder)."""
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict
 from typing import Any
 
+import pytest
 from aiokafka.consumer.fetcher import READ_COMMITTED, FetchResult, PartitionRecords
+from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.record.util import calc_crc32c
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from streams_app.kafka.fetched import FetchedRecord, lean_records
@@ -132,24 +136,119 @@ def _result(data: bytes, aborted: list[tuple[int, int]] | None, lean: bool) -> A
     return fetcher._records[TP]
 
 
-def test_getall_hands_over_what_aiokafkas_does_take_by_take() -> None:
-    """The lean ``getall`` against aiokafka's, on the same batches (an aborted transaction, a
-    committed one, a plain batch), for every limit: the same offsets take by take, the same
-    positions stored, and the result done after the same take."""
-    data = (
-        _batch(0, 3, producer_id=7, txn=True) + _batch(3, 4, producer_id=8, txn=True) + _batch(7, 5)
+def _marker(base_offset: int, producer_id: int, *, abort: bool) -> bytes:
+    """A transaction marker as the coordinator writes it: a control batch of one record whose
+    key says abort (type 0) or commit (type 1); the CRC recomputed after the control bit."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=1,
+        producer_id=producer_id,
+        producer_epoch=0,
+        base_sequence=-1,
+        batch_size=1 << 20,
     )
+    builder.append(
+        0, timestamp=5_000, key=struct.pack(">HH", 0, 0 if abort else 1), value=b"", headers=[]
+    )
+    raw = bytearray(builder.build())
+    raw[0:8] = base_offset.to_bytes(8, "big")
+    raw[22] |= 0x20  # attributes (bytes 21-22): the control bit
+    raw[17:21] = calc_crc32c(bytes(raw[21:])).to_bytes(4, "big")
+    return bytes(raw)
+
+
+def _compacted(base_offset: int, count: int, gone: int) -> bytes:
+    """A batch whose last ``gone`` records were compacted away: its last offset delta still
+    counts them, so the next batch starts ``gone`` offsets after its last record."""
+    raw = bytearray(_batch(base_offset, count))
+    raw[23:27] = (count - 1 + gone).to_bytes(4, "big")  # lastOffsetDelta
+    raw[17:21] = calc_crc32c(bytes(raw[21:])).to_bytes(4, "big")
+    return bytes(raw)
+
+
+def _takes(result: Any, limit: int | None) -> list[tuple[list[int], bool]]:
+    takes = []
+    for _ in range(40):
+        taken = result.getall(limit)
+        takes.append(([r.offset for r in taken], result.has_more()))
+        if not result.has_more():
+            break
+    return takes
+
+
+def _same_takes(data: bytes, aborted: list[tuple[int, int]]) -> list[int]:
+    """The lean ``getall`` against aiokafka's on ``data`` for every limit: the same offsets
+    take by take, the same positions stored, the result done after the same take. Returns the
+    offsets handed over."""
+    handed: list[int] = []
     for limit in (None, 1, 2, 3, 4, 8, 9, 100):
-        lean, plain = _result(data, [(7, 0)], True), _result(data, [(7, 0)], False)
+        lean, plain = _result(data, aborted, True), _result(data, aborted, False)
         assert "getall" in vars(lean) and "getall" not in vars(plain)
-        takes: dict[bool, list[tuple[list[int], bool]]] = {True: [], False: []}
-        for kind, result in ((True, lean), (False, plain)):
-            for _ in range(12):
-                taken = result.getall(limit)
-                takes[kind].append(([r.offset for r in taken], result.has_more()))
-                if not result.has_more():
-                    break
-        assert takes[True] == takes[False], limit
-        assert lean._assignment.position.offsets == plain._assignment.position.offsets
-        assert [o for t, _ in takes[True] for o in t] == list(range(3, 12))
+        lean_takes, plain_takes = _takes(lean, limit), _takes(plain, limit)
+        assert lean_takes == plain_takes, limit
+        assert lean._assignment.position.offsets == plain._assignment.position.offsets, limit
         assert not lean.has_more()
+        assert lean._assignment.position.position == plain._assignment.position.position
+        handed = [o for t, _ in lean_takes for o in t]
+    return handed
+
+
+def test_getall_hands_over_what_aiokafkas_does_take_by_take() -> None:
+    """An aborted transaction, a committed one, a plain batch and a batch with compacted
+    records at its end (the position moves past them at the end)."""
+    data = (
+        _batch(0, 3, producer_id=7, txn=True)
+        + _batch(3, 4, producer_id=8, txn=True)
+        + _batch(7, 5)
+        + _compacted(12, 3, gone=4)
+    )
+    assert _same_takes(data, [(7, 0)]) == list(range(3, 15))
+
+
+def test_getall_after_markers_is_aiokafkas() -> None:
+    """Control batches (an abort marker, a commit marker) are skipped and move the position;
+    after its abort marker the same producer's next transaction is read again."""
+    data = (
+        _batch(0, 3, producer_id=7, txn=True)
+        + _marker(3, 7, abort=True)
+        + _batch(4, 2, producer_id=7, txn=True)
+        + _marker(6, 7, abort=False)
+        + _batch(7, 3)
+    )
+    assert _same_takes(data, [(7, 0)]) == [4, 5, 7, 8, 9]
+
+
+def test_records_one_at_a_time_and_below_the_fetch_offset() -> None:
+    """aiokafka's ``getone`` path (``PartitionRecords.__next__``) gets the same records; a
+    fetch that starts inside a batch skips the records below its offset, as aiokafka does."""
+    data = _batch(10, 5) + _batch(15, 2)
+    streams = []
+    for lean in (True, False):
+        fetcher = _Fetcher()
+        if lean:
+            lean_records(fetcher)
+        records = PartitionRecords(
+            TP, MemoryRecords(data), None, 12, None, None, True, READ_COMMITTED
+        )
+        fetcher._records[TP] = FetchResult(
+            TP, assignment=None, partition_records=records, backoff=0
+        )
+        stream = []
+        for record in fetcher._records[TP]._partition_records:
+            stream.append((record.offset, records.next_fetch_offset))
+        streams.append((stream, records.next_fetch_offset))
+    assert streams[0] == streams[1]
+    assert [o for o, _ in streams[0][0]] == [12, 13, 14, 15, 16]
+
+
+def test_a_corrupt_batch_raises_as_aiokafka_does() -> None:
+    """A batch whose CRC does not match raises aiokafka's ``CorruptRecordException`` (the
+    records before it were not handed over: the position stays for the fetch to repeat)."""
+    good, bad = _batch(0, 2), bytearray(_batch(2, 2))
+    bad[-1] ^= 0xFF
+    for lean in (True, False):
+        result = _result(good + bytes(bad), None, lean)
+        with pytest.raises(CorruptRecordException):
+            result.getall(None)
+        assert result._assignment.position.offsets == []
