@@ -406,9 +406,20 @@ class Topic:
         self._value_plain, self._value_dumps = plain_of(codec)
 
     def encode(self, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
+        """Both codecs' ``dumps``. A key or value of its codec's plain type goes to the plain
+        ``dumps`` directly, as in :meth:`send`: no property and no codec method in between
+        for :meth:`send_nowait`, which every join result takes."""
         return (
-            None if key is None else self.key_codec.dumps(key),
-            None if value is None else self.value_codec.dumps(value),
+            None
+            if key is None
+            else self._key_dumps(key)
+            if type(key) is self._key_plain
+            else self._key_codec.dumps(key),
+            None
+            if value is None
+            else self._value_dumps(value)
+            if type(value) is self._value_plain
+            else self._value_codec.dumps(value),
         )
 
     def __repr__(self) -> str:

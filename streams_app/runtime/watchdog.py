@@ -56,6 +56,7 @@ class Watchdog:
         #: Processing timeouts so far (a counter for /metrics).
         self.timeouts = 0
         self._runner: AgentRunner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def settle(self, runner: AgentRunner) -> list[Failure]:
         """Wait until every agent waits for input, is parked, or holds ``take`` values; past the
@@ -65,7 +66,9 @@ class Watchdog:
         if not busy:
             self.busy_since = None
             return []
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:  # asked once: on CPython 3.11 each asking is a getpid system call
+            loop = self._loop = asyncio.get_running_loop()
         if self.busy_since is None:
             self.busy_since = loop.time()
         remaining = max(0.0, self.busy_since + self.timeout - loop.time())

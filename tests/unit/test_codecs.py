@@ -372,7 +372,26 @@ def test_a_topic_encodes_as_its_codecs_do_plain_types_included(
             expected = codec.dumps(value)
             assert (dumps(value) if type(value) is plain else codec.dumps(value)) == expected
         assert (plain in (str, int)) == (spec in (str, int)), (plain, spec)
+    # ``Topic.encode`` (send_nowait's, every join result's) takes the same short cut.
+    for value in values:
+        assert topic.encode(value, value) == (
+            topic.key_codec.dumps(value),
+            topic.value_codec.dumps(value),
+        )
+    assert topic.encode(None, None) == (None, None)
+    if spec is str:  # a plain key never reaches the codec's own dumps
+        plain_dumps = topic._key_codec
+
+        class Unused:
+            def dumps(self, _: Any) -> bytes:
+                raise AssertionError("the codec's dumps was called for a plain value")
+
+        topic._key_codec = Unused()  # type: ignore[assignment]
+        assert topic.encode("k", None) == (b'"k"' if serializer == "json" else b"k", None)
+        topic._key_codec = plain_dumps
     topic.key_codec = codec_for(int, None, "json")
     assert topic._key_plain is int and topic._key_dumps(7) == b"7"
+    assert topic.encode(7, None) == (b"7", None)
     topic.key_codec = resolve_codec("raw")
     assert topic._key_plain not in (str, int, bytes)
+    assert topic.encode("é", None) == ("é".encode(), None)
