@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from streams_app.app.joins import INNER
+from streams_app.app.table import Table
 from streams_app.app.versioned import VersionedTable
 from streams_app.runtime.joins.base import JoinProcessor
 from streams_app.runtime.joins.runtime import register
@@ -54,6 +55,10 @@ class StreamTableJoin(JoinProcessor):
         self.table = join.right_table
         self.versioned = self.table if isinstance(self.table, VersionedTable) else None
         self.grace_ms = join.grace_ms
+        #: A plain table is read in the record's task directly (the task is the event's):
+        #: ``Table.get`` would look the task up through the current record first, a
+        #: ContextVar read and a call more on every stream record.
+        self._plain = self.table.name if type(self.table) is Table else None
 
     def feeders(self) -> Iterable[tuple[str, Feeder]]:
         return ((self.join.left_topic.name, self),)
@@ -138,6 +143,11 @@ class StreamTableJoin(JoinProcessor):
         if versioned is not None:
             found = versioned.view(task).get_as_of(key, timestamp)
             right = MISSING if found is None else found.value
+        elif self._plain is not None:
+            tx = task.tables.get(self._plain)
+            if tx is None:
+                tx = task.open_table(self.table)
+            right = tx.get(key, MISSING)
         else:
             right = self.table.get(key, MISSING)
         if right is MISSING:
