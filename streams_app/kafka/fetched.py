@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from inspect import GEN_CREATED, getgeneratorstate
+from types import GeneratorType
 from typing import Any, NamedTuple
 
 from aiokafka.consumer.fetcher import READ_COMMITTED
@@ -88,6 +90,8 @@ class BatchUnpacker:
     def take(self, limit: int | None) -> list[FetchedRecord]:
         """Up to ``limit`` records (None: all); fewer only at the end of the fetch."""
         out: list[FetchedRecord] = []
+        if limit is not None and limit < 1:
+            limit = 1  # as aiokafka's getall, which takes a record before it checks the limit
         while True:
             ready, at = self._ready, self._at
             if at < len(ready):
@@ -183,6 +187,8 @@ def lean_getall(result: Any) -> Callable[[int | None], list[Any]]:
             result._update_position()
             result._partition_records = None
             return []
+        if max_records is not None and max_records < 1:
+            max_records = 1  # aiokafka's getall(0) hands over one record too
         taken = unpacker.take(max_records)
         result._update_position()
         if max_records is None or len(taken) < max_records:
@@ -202,9 +208,11 @@ class _LeanFetchResults(OrderedDict[Any, Any]):
         if records is not None:
             # aiokafka's generator has not started yet (the fetcher stores a result before
             # anything reads it): close it and put the unpacker in its place.
-            records._records_iterator.close()
-            records._records_iterator = BatchUnpacker(records, tp)
-            result.getall = lean_getall(result)
+            iterator = records._records_iterator
+            if isinstance(iterator, GeneratorType) and getgeneratorstate(iterator) == GEN_CREATED:
+                iterator.close()
+                records._records_iterator = BatchUnpacker(records, tp)
+                result.getall = lean_getall(result)
         super().__setitem__(tp, result)
 
 

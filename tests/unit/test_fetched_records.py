@@ -182,7 +182,7 @@ def _same_takes(data: bytes, aborted: list[tuple[int, int]]) -> list[int]:
     take by take, the same positions stored, the result done after the same take. Returns the
     offsets handed over."""
     handed: list[int] = []
-    for limit in (None, 1, 2, 3, 4, 8, 9, 100):
+    for limit in (None, 0, 1, 2, 3, 4, 8, 9, 100):
         lean, plain = _result(data, aborted, True), _result(data, aborted, False)
         assert "getall" in vars(lean) and "getall" not in vars(plain)
         lean_takes, plain_takes = _takes(lean, limit), _takes(plain, limit)
@@ -252,3 +252,31 @@ def test_a_corrupt_batch_raises_as_aiokafka_does() -> None:
         with pytest.raises(CorruptRecordException):
             result.getall(None)
         assert result._assignment.position.offsets == []
+
+
+def test_a_take_of_none_and_a_result_stored_again() -> None:
+    """``getall(0)`` hands over one record, as aiokafka's does (it checks the limit after
+    taking one); a result stored again, or one whose records aiokafka already began, keeps
+    what it has."""
+    data = _batch(0, 4)
+    assert _same_takes(data, []) == [0, 1, 2, 3]
+    for lean in (True, False):
+        result = _result(data, None, lean)
+        assert [r.offset for r in result.getall(0)] == [0] and result.has_more()
+        assert [r.offset for r in result.getall(-1)] == [1]
+        assert [r.offset for r in result.getall(2)] == [2, 3]
+        assert result.getall(0) == [] and not result.has_more()
+    fetcher = _Fetcher()
+    lean_records(fetcher)
+    records = PartitionRecords(TP, MemoryRecords(data), None, 0, None, None, True, READ_COMMITTED)
+    assert next(records).offset == 0  # aiokafka's generator has begun
+    fetcher._records[TP] = FetchResult(
+        TP, assignment=_Assignment(), partition_records=records, backoff=0
+    )
+    result = fetcher._records[TP]
+    result._assignment.position.position = 1  # where that record left it
+    assert "getall" not in vars(result)  # left to aiokafka: nothing lost
+    assert [r.offset for r in result.getall(None)] == [1, 2, 3]
+    stored = _result(data, None, True)
+    fetcher._records[TP] = stored  # the same result stored again
+    assert [r.offset for r in stored.getall(None)] == [0, 1, 2, 3]
