@@ -63,7 +63,10 @@ class Flag:
     def clear(self) -> None:
         self._value = False
 
-    async def wait(self) -> bool:
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Until the flag is set: True. With ``timeout``, False when that many seconds pass
+        first. A cancellation is raised here as from any ``await`` (no ``wait_for``, see
+        above)."""
         if self._value:
             return True
         loop = self._loop
@@ -71,26 +74,12 @@ class Flag:
             loop = self._loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bool] = loop.create_future()
         self._waiters.append(waiter)
+        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
         try:
             return await waiter
         finally:
-            self._waiters.remove(waiter)
-
-    async def wait_within(self, timeout: float) -> bool:
-        """:meth:`wait` for at most ``timeout`` seconds: False when the time ran out first.
-        A cancellation is raised here as from any ``await`` (no ``wait_for``, see above)."""
-        if self._value:
-            return True
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[bool] = loop.create_future()
-        self._waiters.append(waiter)
-        timer = loop.call_later(timeout, _expire, waiter)
-        try:
-            return await waiter
-        finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
             self._waiters.remove(waiter)
 
 

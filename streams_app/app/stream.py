@@ -459,11 +459,11 @@ class Stream:
     async def wait_settled(self) -> None:
         await self._core.settled.wait()
 
+    wait_idle = wait_settled
+
     async def settled_within(self, timeout: float) -> bool:
         """:meth:`wait_settled` for at most ``timeout`` seconds: False if still busy then."""
-        return await self._core.settled.wait_within(timeout)
-
-    wait_idle = wait_settled
+        return await self._core.settled.wait(timeout)
 
     def mark_idle(self) -> None:
         """The agent behind this stream stopped (returned or raised): nothing more will run."""

@@ -99,7 +99,11 @@ class BatchUnpacker:
                     chunk = ready[at:] if at else ready
                 else:
                     chunk = ready[at : at + limit - len(out)]
-                self._at = at + len(chunk)
+                at += len(chunk)
+                if at == len(ready):  # exhausted: keep no reference to a list handed over
+                    self._ready, self._at = [], 0
+                else:
+                    self._at = at
                 self._owner.next_fetch_offset = chunk[-1][2] + 1
                 if out:
                     out += chunk

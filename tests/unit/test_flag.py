@@ -49,7 +49,7 @@ async def test_the_running_loop_is_asked_once(monkeypatch: pytest.MonkeyPatch) -
         flag.set()
         await waiter
         flag.clear()
-        timed = asyncio.ensure_future(flag.wait_within(60.0))
+        timed = asyncio.ensure_future(flag.wait(60.0))
         await asyncio.sleep(0)
         flag.set()
         assert await timed
@@ -57,15 +57,15 @@ async def test_the_running_loop_is_asked_once(monkeypatch: pytest.MonkeyPatch) -
     assert asked == 1
 
 
-async def test_wait_within_says_false_when_the_time_runs_out_and_leaves_no_timer() -> None:
+async def test_wait_with_a_timeout_says_false_when_the_time_runs_out_and_leaves_no_timer() -> None:
     flag = Flag()
-    assert not await flag.wait_within(0.0)
+    assert not await flag.wait(0.0)
     assert flag._waiters == []
     flag.set()
-    assert await flag.wait_within(0.0)  # already set: True whatever the time left
+    assert await flag.wait(0.0)  # already set: True whatever the time left
     loop = asyncio.get_running_loop()
     flag.clear()
-    timed = asyncio.ensure_future(flag.wait_within(3600.0))
+    timed = asyncio.ensure_future(flag.wait(3600.0))
     await asyncio.sleep(0)
     timers = [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
     assert any(h.when() > loop.time() + 3000 for h in timers)
@@ -77,7 +77,7 @@ async def test_wait_within_says_false_when_the_time_runs_out_and_leaves_no_timer
 
 async def test_a_cancelled_wait_raises_and_forgets_its_waiter() -> None:
     flag = Flag()
-    for wait in (flag.wait(), flag.wait_within(3600.0)):
+    for wait in (flag.wait(), flag.wait(3600.0)):
         task = asyncio.ensure_future(wait)
         await asyncio.sleep(0)
         task.cancel()
