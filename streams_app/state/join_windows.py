@@ -53,7 +53,7 @@ table's read cache hands out its values: a joiner must not change them in place.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from streams_app.codecs import Codec, DecodeError
@@ -261,51 +261,55 @@ class JoinWindowTransaction:
             time_to = observed
         if time_to < time_from:
             return []
-        codec = self.codec
-        segment_ms = codec.segment_ms
-        tx = self.tx
-        loads = tx.value_codec.loads
-        # One short scan per segment and record: through the reader the store keeps between
-        # scans (released at the end of the batch, by expire()).
-        range_items = tx.partition.range_items
-        occupied = self._occupied
-        pack = _TIME.pack
-        low_time, high_time = pack(time_from + TIME_OFFSET), pack(time_to + 1 + TIME_OFFSET)
-        user_key = key_prefix(codec.key_codec, key)
-        at = 8 + len(user_key)
-        unpack = _TAIL.unpack_from  # (timestamp, seq) after the user key
+        segment_ms = self.codec.segment_ms
+        segments = range(time_from // segment_ms, time_to // segment_ms + 1)
         pending = self._pending.of(key)
-        if not pending:
-            # The common case: committed entries only. Segments ascend with time, and within
-            # one the keys sort by (timestamp, seq): the scans come in the order returned.
-            found = []
-            scans = self._scans
-            for segment in range(time_from // segment_ms, time_to // segment_ms + 1):
-                held = occupied.get(segment)
-                if not (self._may_hold(segment) if held is None else held):
+        if pending:
+            return self._fetch_merged(key, time_from, time_to, segments, pending)
+        # The common case: committed entries only. Segments ascend with time, and within one
+        # the keys sort by (timestamp, seq): the scans come in the order returned. The key is
+        # encoded only for a read of the store (a segment the fetch cache holds needs none).
+        found: list[Buffered] = []
+        scans = self._scans
+        occupied = self._occupied
+        user_key = None
+        for segment in segments:
+            held = occupied.get(segment)
+            if not (self._may_hold(segment) if held is None else held):
+                continue
+            if scans is not None:
+                cached = scans.lookup((segment, key))
+                if cached is MISS:
+                    if user_key is None:
+                        user_key = key_prefix(self.codec.key_codec, key)
+                    cached = self._load(segment, key, user_key)
+                if cached is not _MANY:
+                    for record in cached:
+                        if time_from <= record.timestamp <= time_to:
+                            found.append(record)
                     continue
-                if scans is not None:
-                    cached = scans.lookup((segment, key))
-                    if cached is MISS:
-                        cached = self._load(segment, key, user_key)
-                    if cached is not _MANY:
-                        for record in cached:
-                            if time_from <= record.timestamp <= time_to:
-                                found.append(record)
-                        continue
-                prefix = pack(segment + TIME_OFFSET) + user_key
-                for raw_key, raw_value in range_items(prefix + low_time, prefix + high_time):
-                    packed_time, seq = unpack(raw_key, at)
-                    found.append(Buffered(packed_time - TIME_OFFSET, seq, loads(raw_value)))
-            return found
+            if user_key is None:
+                user_key = key_prefix(self.codec.key_codec, key)
+            loads = self.tx.value_codec.loads
+            found += [
+                Buffered(t, seq, loads(raw))
+                for t, seq, raw in self._scan(segment, user_key, time_from, time_to)
+            ]
+        return found
+
+    def _fetch_merged(
+        self, key: Any, time_from: int, time_to: int, segments: range, pending: Iterable[Any]
+    ) -> list[Buffered]:
+        """:meth:`fetch` for a key with writes pending in the transaction: the committed
+        entries merged with them (a pending delete removes one)."""
+        tx = self.tx
+        user_key = key_prefix(self.codec.key_codec, key)
         merged: dict[tuple[int, int], Any] = {}
-        for segment in range(time_from // segment_ms, time_to // segment_ms + 1):
+        for segment in segments:
             if not self._may_hold(segment):
                 continue
-            prefix = pack(segment + TIME_OFFSET) + user_key
-            for raw_key, raw_value in range_items(prefix + low_time, prefix + high_time):
-                packed_time, seq = unpack(raw_key, at)
-                merged[(packed_time - TIME_OFFSET, seq)] = raw_value
+            for t, seq, raw in self._scan(segment, user_key, time_from, time_to):
+                merged[(t, seq)] = raw
         for entry in pending:
             _, timestamp, seq = entry
             if time_from <= timestamp <= time_to:
@@ -318,10 +322,31 @@ class JoinWindowTransaction:
                     merged[(timestamp, seq)] = (
                         (value.value,) if type(value) is Encoded else (value,)
                     )
+        loads = tx.value_codec.loads
         return [
             Buffered(t, s, v[0] if type(v) is tuple else loads(v))
             for (t, s), v in sorted(merged.items())
         ]
+
+    def _scan(
+        self, segment: int, user_key: bytes, time_from: int, time_to: int
+    ) -> list[tuple[int, int, bytes]]:
+        """The committed entries of ``user_key`` in ``segment`` within the times, from the
+        store: ``(timestamp, seq, raw value)`` in order. One short scan per segment and
+        record, through the reader the store keeps between scans (released at the end of the
+        batch, by expire())."""
+        pack = _TIME.pack
+        prefix = pack(segment + TIME_OFFSET) + user_key
+        rows = self.tx.partition.range_items(
+            prefix + pack(time_from + TIME_OFFSET), prefix + pack(time_to + 1 + TIME_OFFSET)
+        )
+        at = 8 + len(user_key)
+        unpack = _TAIL.unpack_from  # (timestamp, seq) after the user key
+        out = []
+        for raw_key, raw_value in rows:
+            packed_time, seq = unpack(raw_key, at)
+            out.append((packed_time - TIME_OFFSET, seq, raw_value))
+        return out
 
     def _load(self, segment: int, key: Any, user_key: bytes) -> Any:
         """Read ``key``'s committed entries in ``segment`` into the fetch cache (module doc)

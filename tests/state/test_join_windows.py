@@ -241,9 +241,11 @@ def test_the_fetch_cache_serves_repeated_fetches_and_follows_every_write(
     v.put("other", 20, 2, {"tier": "tin"})
     v.tx.commit(1)
     counted = _CountingScans(v)
+    encoded = _count_key_dumps(v)
     for t in range(10, 60):
         assert v.fetch("user", t - 100, t + 100) == [Buffered(10, 1, {"tier": "gold"})]
     assert counted.scans == 1 and scan_cache.hits >= 49
+    assert encoded == [1]  # the key encoded for the one read of the store, not per fetch
     assert v.fetch("user", 11, 100) == []  # filtered by time from the cached segment
     v.put("user", 30, 3, {"tier": "silver"})  # pending: merged, not from the cache
     assert [b.value["tier"] for b in v.fetch("user", 0, 100)] == ["gold", "silver"]
@@ -262,6 +264,20 @@ def test_the_fetch_cache_serves_repeated_fetches_and_follows_every_write(
     assert again.expire() == 2
     again.tx.commit(4)
     assert again.fetch("user", 0, 3_000) == [] and again.fetch("other", 0, 3_000) == []
+
+
+def _count_key_dumps(v: JoinWindowTransaction) -> list[int]:
+    """Count the calls of the user key codec's ``dumps`` from now on (a one-item list)."""
+    codec = v.codec.key_codec
+    calls = [0]
+    dumps = codec.dumps
+
+    def counted(key: object) -> bytes:
+        calls[0] += 1
+        return dumps(key)
+
+    codec.dumps = counted  # type: ignore[method-assign]
+    return calls
 
 
 @pytest.mark.parametrize("scan_cache", ["cached"], indirect=True)
