@@ -22,16 +22,20 @@ from streams_app.transport.base import RecordLike
 TP = TopicPartition("orders", 3)
 
 
-def _batch(base_offset: int, count: int, *, producer_id: int = -1, txn: bool = False) -> bytes:
-    builder = DefaultRecordBatchBuilder(
+def _builder(producer_id: int, *, txn: bool, base_sequence: int) -> DefaultRecordBatchBuilder:
+    return DefaultRecordBatchBuilder(
         magic=2,
         compression_type=0,
         is_transactional=int(txn),
         producer_id=producer_id,
         producer_epoch=0 if producer_id >= 0 else -1,
-        base_sequence=0 if producer_id >= 0 else -1,
+        base_sequence=base_sequence,
         batch_size=1 << 20,
     )
+
+
+def _batch(base_offset: int, count: int, *, producer_id: int = -1, txn: bool = False) -> bytes:
+    builder = _builder(producer_id, txn=txn, base_sequence=0 if producer_id >= 0 else -1)
     for i in range(count):
         headers = [("src", b"%d" % i)] if i % 2 else []
         key = None if i == 2 else b"k%d" % i
@@ -123,12 +127,14 @@ class _Assignment:
         return self.position
 
 
-def _result(data: bytes, aborted: list[tuple[int, int]] | None, lean: bool) -> Any:
+def _result(
+    data: bytes, aborted: list[tuple[int, int]] | None, lean: bool, fetch_offset: int = 0
+) -> Any:
     fetcher = _Fetcher()
     if lean:
         lean_records(fetcher)
     records = PartitionRecords(
-        TP, MemoryRecords(data), aborted, 0, None, None, True, READ_COMMITTED
+        TP, MemoryRecords(data), aborted, fetch_offset, None, None, True, READ_COMMITTED
     )
     fetcher._records[TP] = FetchResult(
         TP, assignment=_Assignment(), partition_records=records, backoff=0
@@ -139,15 +145,7 @@ def _result(data: bytes, aborted: list[tuple[int, int]] | None, lean: bool) -> A
 def _marker(base_offset: int, producer_id: int, *, abort: bool) -> bytes:
     """A transaction marker as the coordinator writes it: a control batch of one record whose
     key says abort (type 0) or commit (type 1); the CRC recomputed after the control bit."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=1,
-        producer_id=producer_id,
-        producer_epoch=0,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
+    builder = _builder(producer_id, txn=True, base_sequence=-1)
     builder.append(
         0, timestamp=5_000, key=struct.pack(">HH", 0, 0 if abort else 1), value=b"", headers=[]
     )
@@ -225,17 +223,9 @@ def test_records_one_at_a_time_and_below_the_fetch_offset() -> None:
     data = _batch(10, 5) + _batch(15, 2)
     streams = []
     for lean in (True, False):
-        fetcher = _Fetcher()
-        if lean:
-            lean_records(fetcher)
-        records = PartitionRecords(
-            TP, MemoryRecords(data), None, 12, None, None, True, READ_COMMITTED
-        )
-        fetcher._records[TP] = FetchResult(
-            TP, assignment=None, partition_records=records, backoff=0
-        )
+        records = _result(data, None, lean, fetch_offset=12)._partition_records
         stream = []
-        for record in fetcher._records[TP]._partition_records:
+        for record in records:
             stream.append((record.offset, records.next_fetch_offset))
         streams.append((stream, records.next_fetch_offset))
     assert streams[0] == streams[1]
