@@ -120,7 +120,12 @@ class Feeder(Protocol):
     A feeder may also have ``forward_nowait(event) -> Awaitable[None] | None``: the same
     work, done without a coroutine as far as it goes, returning what is left to await (None:
     done). The dispatcher then calls it instead of :meth:`forward`: a coroutine per record
-    costs about as much as a join's lookup."""
+    costs about as much as a join's lookup.
+
+    And ``forward_run(events) -> Awaitable[None] | None``: a run of one partition's records
+    at once (``current_event`` set by the feeder, record by record), which the dispatcher
+    uses when the feeder is the topic's only one and no agent is busy: a join then sends its
+    results a run at a time (``JoinProcessor.run``)."""
 
     #: Names it in a failure (``group_by:<topic>``, ``table:<name>``, ``join:<name>``).
     label: str

@@ -75,6 +75,9 @@ class ClientRuntime:
     def send_nowait(self, topic: str, *_args: Any) -> None:
         return None  # the plain producer has no synchronous path: await send_encoded()
 
+    def send_run_nowait(self, topic: str, *_args: Any) -> int:
+        return 0  # nor for runs: each one is sent with send()
+
     async def send_encoded(
         self,
         topic: str,

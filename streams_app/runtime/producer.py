@@ -88,6 +88,8 @@ log = logging.getLogger(__name__)
 
 
 _NO_HEADERS: list[tuple[str, bytes]] = []
+#: One record of :meth:`StreamsProducer.send_run_nowait`: key, value, headers, timestamp (ms).
+RunRow = tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None, int | None]
 
 #: The check of what a transaction given up left open (:meth:`StreamsProducer.recreate`): the
 #: shortest overall deadline (a broker's restart fits in it), each request's timeout, backoff.
@@ -598,6 +600,48 @@ class StreamsProducer:
         if self._held is not None:
             return self._send_held(topic, key, value, partition, headers, timestamp_ms)
         return self._send_unheld_nowait(topic, key, value, partition, headers, timestamp_ms)
+
+    def send_run_nowait(self, topic: str, rows: Sequence[RunRow]) -> int:
+        """:meth:`send_nowait` for a run of keyed records to one topic, ``(key, value,
+        headers, timestamp_ms)`` each, partitioned by key: how many of them, from the first,
+        it took (the caller sends the rest with :meth:`send`, in order).
+
+        A join's results come a run at a time (``JoinProcessor.run``); the checks
+        :meth:`send_nowait` makes on every record are made here once a run, and no record
+        future is made (nobody waits on a join result's: the commit waits on its batch)."""
+        if self._held is not None:  # holding (a commit in flight): each as the held path goes
+            send_held = self._send_held
+            for key, value, headers, timestamp_ms in rows:
+                send_held(topic, key, value, None, headers, timestamp_ms)
+            return len(rows)
+        batcher = self._batcher
+        if batcher is None or (self._eos and not self._in_transaction):
+            return 0
+        direct_bytes, queue, opened = self._direct_bytes, self._queue, self._open
+        keyed = self._keyed.get(topic)
+        for n, (key, value, headers, timestamp_ms) in enumerate(rows):
+            if (value is not None and len(value) > direct_bytes) or len(
+                queue
+            ) >= self.MAX_QUEUED_BATCHES:
+                return n
+            if key is None or keyed is None or (chosen := keyed.get(key)) is None:
+                chosen = self._choose(batcher, topic, key, None)
+                if chosen is None:
+                    return n
+                keyed = self._keyed.get(topic)
+            # The unheld path's inline append (:meth:`_send_unheld_nowait`).
+            tp = (topic, chosen)
+            batch = opened.get(tp)
+            if batch is not None and (not headers or type(headers) is list):
+                appended = batch.append(
+                    batch.count, timestamp_ms, key, value, headers or _NO_HEADERS
+                )
+                if appended is not None:
+                    batch.count += 1
+                    continue
+                self._enqueue(opened.pop(tp))  # full: _append starts the next one
+            self._append(topic, chosen, key, value, headers, timestamp_ms)
+        return len(rows)
 
     def _send_unheld_nowait(
         self,

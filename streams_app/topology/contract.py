@@ -215,6 +215,12 @@ class Runtime(Protocol):
         inside a transaction), else None: then the caller awaits :meth:`send_encoded` with the
         same bytes (``Topic.send`` encodes once)."""
 
+    def send_run_nowait(self, topic: str, rows: Sequence[ResultRow]) -> int:
+        """Send a run of encoded results, each as the send of its record (``event``: lineage
+        headers) would be, in order, without awaiting: how many of them, from the first, went
+        (the caller sends the rest with :meth:`send`). A join sends its results this way,
+        a run of input records at a time: the checks of :meth:`send_nowait` are made once."""
+
     async def send_encoded(
         self,
         topic: str,
@@ -463,5 +469,9 @@ class Message:
 
 
 current_event: ContextVar[Event | None] = ContextVar("streams_app_current_event", default=None)
+
+#: One result of :meth:`Runtime.send_run_nowait`: key and value encoded, the timestamp (ms),
+#: and the record it came of (its lineage headers; None: of no record).
+ResultRow = tuple[bytes | None, bytes | None, int, Event | None]
 current_task: ContextVar[TaskScope | None] = ContextVar("streams_app_current_task", default=None)
 current_runtime: ContextVar[Runtime | None] = ContextVar("streams_app_runtime", default=None)

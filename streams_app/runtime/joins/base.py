@@ -29,7 +29,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from streams_app.runtime.scope import in_processing
-from streams_app.topology.contract import Event, TaskScope, current_task
+from streams_app.topology.contract import (
+    Event,
+    ResultRow,
+    TaskScope,
+    current_event,
+    current_runtime,
+    current_task,
+)
 
 if TYPE_CHECKING:
     from streams_app.app.joins import Join, JoinStore
@@ -61,6 +68,9 @@ class JoinProcessor:
         self.label = f"join:{join.name}"
         self._readers = readers
         self._left_key = join.left_topic.key_codec.dumps
+        #: While :meth:`run` goes through a run of records: the results :meth:`emit_nowait`
+        #: made, ``(task, key, value, timestamp, trigger)``, sent when the run is done.
+        self._collecting: list[tuple[TaskScope, Any, Any, int, Event | None]] | None = None
 
     # -- the four doors (override what the kind uses) ------------------------------------
 
@@ -131,6 +141,10 @@ class JoinProcessor:
         every result (``Topic.send_nowait``): -1 when it is done, else how many of the join's
         topics it sent to; :meth:`emit_rest` from there does the rest. Results are many (one
         or more per record) and a coroutine per result and topic costs more than the send."""
+        collecting = self._collecting
+        if collecting is not None:  # in a run: sent with the run's others (:meth:`run`)
+            collecting.append((task, key, value, timestamp, trigger))
+            return -1
         sinks = self.join.sinks
         seconds = timestamp / 1000
         for i, topic in enumerate(sinks):
@@ -152,6 +166,97 @@ class JoinProcessor:
         for topic in self.join.sinks[sent:]:
             await topic.send(key=key, value=value, timestamp=timestamp / 1000)
         self._feed_readers(task, key, value, timestamp, trigger)
+
+    # -- a run of records -----------------------------------------------------------------
+
+    def run(
+        self, forward_nowait: Callable[[Event], Awaitable[None] | None], events: list[Event]
+    ) -> Awaitable[None] | None:
+        """A run of one partition's records, each through ``forward_nowait`` (a feeder's,
+        with ``current_event`` set to it, as the dispatcher sets it for one record), and their
+        results sent together when the run is done: None when all is done, else what is left
+        to await.
+
+        The dispatcher hands a run over this way when the join is the only feeder of the
+        topic and no agent is busy (``RecordDispatcher.dispatch``). The results go out as
+        they would one by one, in the same order, before anything is awaited: a record that
+        needs an await (a rare one: no key, no value, a grace buffer) first sends what the
+        run made before it. Nothing commits while a run is in the dispatcher: the run's
+        results are in the transaction of its records' offsets. A record that fails leaves
+        ``current_event`` on itself: the dispatcher names it in the failure."""
+        collecting: list[tuple[TaskScope, Any, Any, int, Event | None]] = []
+        self._collecting = collecting
+        set_current = current_event.set
+        rest: Awaitable[None] | None = None
+        at = 0
+        try:
+            for event in events:
+                set_current(event)
+                rest = forward_nowait(event)
+                if rest is not None:
+                    break
+                at += 1
+        finally:
+            self._collecting = None
+        if rest is None:
+            return self._send_run(collecting)
+        return self._run_on(collecting, rest, forward_nowait, events, at)
+
+    async def _run_on(
+        self,
+        collecting: list[tuple[TaskScope, Any, Any, int, Event | None]],
+        rest: Awaitable[None],
+        forward_nowait: Callable[[Event], Awaitable[None] | None],
+        events: list[Event],
+        at: int,
+    ) -> None:
+        """:meth:`run` from record ``at``, whose ``rest`` must be awaited: what the run made
+        before it goes out first, then the record's own work, then the run goes on."""
+        sending = self._send_run(collecting)
+        if sending is not None:
+            await sending
+        current_event.set(events[at])
+        await rest
+        more = self.run(forward_nowait, events[at + 1 :])
+        if more is not None:
+            await more
+
+    def _send_run(
+        self, results: list[tuple[TaskScope, Any, Any, int, Event | None]]
+    ) -> Awaitable[None] | None:
+        """A run's results to the join's topics (``Runtime.send_run_nowait``) and readers,
+        as :meth:`emit` would send each: None when done, else the rest to await."""
+        if not results:
+            return None
+        runtime = current_runtime.get()
+        for i, topic in enumerate(self.join.sinks):
+            encode = topic.encode
+            rows: list[ResultRow] = [
+                (*encode(key, value), timestamp, trigger)
+                for _, key, value, timestamp, trigger in results
+            ]
+            sent = 0 if runtime is None else runtime.send_run_nowait(topic.name, rows)
+            if sent < len(rows):
+                return self._send_run_rest(results, i, sent)
+        feed = self._feed_readers
+        if self._readers(self.name):
+            for task, key, value, timestamp, trigger in results:
+                feed(task, key, value, timestamp, trigger)
+        return None
+
+    async def _send_run_rest(
+        self, results: list[tuple[TaskScope, Any, Any, int, Event | None]], sink: int, sent: int
+    ) -> None:
+        """The rest of :meth:`_send_run`: from result ``sent`` of topic ``sink`` on, each
+        with its record current (its lineage headers), then the rest of the topics."""
+        sinks = self.join.sinks
+        for i in range(sink, len(sinks)):
+            topic = sinks[i]
+            for _, key, value, timestamp, trigger in results[sent if i == sink else 0 :]:
+                current_event.set(trigger)
+                await topic.send(key=key, value=value, timestamp=timestamp / 1000)
+        for task, key, value, timestamp, trigger in results:
+            self._feed_readers(task, key, value, timestamp, trigger)
 
     def _feed_readers(
         self, task: TaskScope, key: Any, value: Any, timestamp: int, trigger: Event | None

@@ -380,6 +380,10 @@ class _Side:
         if rest is not None:
             await rest
 
+    def forward_run(self, events: list[Event]) -> Awaitable[None] | None:
+        """A run of records, the results sent together (:meth:`JoinProcessor.run`)."""
+        return self.processor.run(self.forward_nowait, events)
+
 
 @register
 class StreamStreamProcessor(JoinProcessor):

@@ -94,6 +94,10 @@ class StreamTableJoin(JoinProcessor):
         if rest is not None:
             await rest
 
+    def forward_run(self, events: list[Event]) -> Awaitable[None] | None:
+        """A run of records, the results sent together (:meth:`JoinProcessor.run`)."""
+        return self.run(self.forward_nowait, events)
+
     async def _forward_rare(self, event: Event) -> None:
         """A record without a value or a key, or any record of a join with grace."""
         task, value = event.task, event.value

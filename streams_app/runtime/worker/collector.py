@@ -25,9 +25,17 @@ from typing import Any, Protocol
 from streams_app.app.faust_settings import AppSettings
 from streams_app.runtime import rpc
 from streams_app.runtime.plain_producer import PlainProducer
+from streams_app.runtime.producer import RunRow
 from streams_app.runtime.rpc import RpcClient
 from streams_app.runtime.scope import in_processing
-from streams_app.topology.contract import Event, Headers, SendFuture, TopicLike, current_event
+from streams_app.topology.contract import (
+    Event,
+    Headers,
+    ResultRow,
+    SendFuture,
+    TopicLike,
+    current_event,
+)
 from streams_app.transport.base import AdminClient, GroupMetadata, Transport
 
 H_SRC_TOPIC = "src_topic"
@@ -54,6 +62,8 @@ class TransactionalSends(Protocol):
         timestamp_ms: int | None,
     ) -> SendFuture | None: ...
 
+    def send_run_nowait(self, topic: str, rows: Sequence[RunRow]) -> int: ...
+
     async def send(
         self,
         topic: str,
@@ -73,6 +83,9 @@ class _NotStarted:
 
     def send_nowait(self, *_: Any) -> None:
         return None
+
+    def send_run_nowait(self, *_: Any) -> int:
+        return 0
 
     async def send(self, topic: str, **_: Any) -> SendFuture:
         raise RuntimeError(f"a send to {topic!r} inside processing before the worker started")
@@ -177,6 +190,32 @@ class RecordCollector:
             None if timestamp is None else round(timestamp * 1000),
         )
 
+    def send_run_nowait(self, topic: str, rows: Sequence[ResultRow]) -> int:
+        """A run of results to ``topic`` inside the transaction, ``(key, value, timestamp_ms,
+        event)`` each (encoded; ``event``: the record each came of, for its lineage headers):
+        how many of them, from the first, went without an await (the caller sends the rest one
+        by one, with that record current). 0 outside processing, as :meth:`send_nowait`."""
+        if not in_processing.get():
+            return 0
+        out: list[RunRow] = []
+        if self._lineage_only:  # :meth:`headers`' common case, once a run's partition
+            lineage = self._lineage
+            source: tuple[str, int] | None = None
+            src: tuple[tuple[str, bytes], tuple[str, bytes]] | None = None
+            for key, value, timestamp_ms, event in rows:
+                if event is None or event.offset < 0:
+                    out.append((key, value, None, timestamp_ms))
+                    continue
+                if source != (event.topic, event.partition) or src is None:
+                    source = (event.topic, event.partition)
+                    src = lineage.get(source) or self._lineage_of(event)
+                offset = (H_SRC_OFFSET, b"%d" % event.offset)
+                out.append((key, value, [src[0], src[1], offset], timestamp_ms))
+        else:
+            for key, value, timestamp_ms, event in rows:
+                out.append((key, value, self.headers_of(None, event), timestamp_ms))
+        return self._producer.send_run_nowait(topic, out)
+
     async def send_encoded(
         self,
         topic: str,
@@ -272,8 +311,13 @@ class RecordCollector:
 
     def headers(self, headers: Headers | None) -> list[tuple[str, bytes]] | None:
         """The caller's headers plus lineage and transaction headers (when configured)."""
+        return self.headers_of(headers, current_event.get())
+
+    def headers_of(
+        self, headers: Headers | None, event: Event | None
+    ) -> list[tuple[str, bytes]] | None:
+        """:meth:`headers` of a send made for ``event`` (None: for no record)."""
         if headers is None and self._lineage_only:  # the common case, on every send
-            event = current_event.get()
             if event is None or event.offset < 0:
                 return None
             src_topic, src_partition = self._lineage.get((event.topic, event.partition)) or (
@@ -284,13 +328,9 @@ class RecordCollector:
         if headers is None and not conf.lineage_headers and not conf.transaction_headers:
             return None  # no list built and dropped
         out = header_list(headers)
-        if conf.lineage_headers:
-            event = current_event.get()
-            if event is not None and event.offset >= 0:
-                out += self._lineage.get((event.topic, event.partition)) or (
-                    self._lineage_of(event)
-                )
-                out.append((H_SRC_OFFSET, b"%d" % event.offset))
+        if conf.lineage_headers and event is not None and event.offset >= 0:
+            out += self._lineage.get((event.topic, event.partition)) or self._lineage_of(event)
+            out.append((H_SRC_OFFSET, b"%d" % event.offset))
         if conf.transaction_headers:
             group = self._group()
             out.append((H_TXN_ID, (self._producer.transactional_id or "").encode()))

@@ -106,7 +106,17 @@ class RecordDispatcher:
         # get the same events in the same order, and none of them runs in between anyway.
         # Busy agents get them one by one, counted against ``limit``; so do group_by forwards,
         # awaited after every record.
-        events: list[Event] | None = [] if limit is None and not forwarders else None
+        #
+        # A join that is the topic's only feeder takes the run the same way, after the agents
+        # (``JoinProcessor.run``: its results sent a run at a time). Two feeders keep the
+        # record-by-record order between them (a join sees a table built from the same
+        # topic as it was after that record), and so does a busy agent.
+        run_feeder = None
+        if limit is None and len(forwarders) == 1:
+            run_feeder = getattr(forwarders[0][0], "forward_run", None)
+        events: list[Event] | None = (
+            [] if limit is None and (not forwarders or run_feeder is not None) else None
+        )
         # Stream time (runtime.stream_time): the record's time, and the partition's largest.
         timestamp_fn = topic.timestamp_fn
         times = task.partition_times
@@ -128,14 +138,39 @@ class RecordDispatcher:
                 in_processing.reset(scope)
                 processing = None
 
+        async def hand_over(run: list[Event]) -> None:
+            """A run of events to the run feeder (if any), then to the agents."""
+            nonlocal processing, position
+            if run_feeder is not None:
+                offsets[tp] = run[0].offset
+                if processing is None:
+                    processing = (in_processing.set(True), current_event.set(None))
+                try:
+                    rest = run_feeder(run)
+                    if rest is not None:
+                        await rest
+                except Exception as exc:
+                    # The feeder left the record it failed on current; the agents get the
+                    # run up to it, as they would have one by one.
+                    current = current_event.get()
+                    failed = run[0] if current is None else current
+                    done = next((i for i, e in enumerate(run) if e is failed), 0)
+                    for stream in streams:
+                        stream.feed_all(run[: done + 1])
+                    run.clear()
+                    offsets[tp] = position = failed.offset
+                    label = forwarders[0][0].label
+                    raise AgentFailed([Failure.of(label, exc, failed)]) from exc
+            for stream in streams:
+                stream.feed_all(run)
+            run.clear()
+
         async def skip(record: RecordLike, error: BaseException, agent: str | None, n: int) -> int:
             """Dead-letter ``record`` (what came before it handed over first): its next offset."""
+            if events:
+                await hand_over(events)
             leave_processing()
             offsets[tp] = record.offset
-            if events:
-                for stream in streams:
-                    stream.feed_all(events)
-                events.clear()
             await self.dead_letter(record, error, agent, n)
             offsets[tp] = record.offset + 1
             return record.offset + 1
@@ -232,7 +267,7 @@ class RecordDispatcher:
                 else:
                     for stream in streams:
                         stream.feed(event)
-                if forwarders:
+                if forwarders and run_feeder is None:
                     offsets[tp] = offset
                     if processing is None:
                         processing = (in_processing.set(True), current_event.set(event))
@@ -250,6 +285,8 @@ class RecordDispatcher:
                         raise AgentFailed([Failure.of(forwarder.label, exc, event)]) from exc
                 position = offset + 1
                 count += 1
+            if events and run_feeder is not None:
+                await hand_over(events)
         finally:
             leave_processing()
             if position > expected:

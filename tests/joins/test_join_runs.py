@@ -1,0 +1,154 @@
+"""A join takes a run of records at once (``JoinProcessor.run``: the dispatcher hands a run of
+one partition to a join that is its topic's only feeder, and the join sends the run's results
+together). What must not change: each result once, in the order the records came, with its
+record's lineage; a record that needs an await mid-run (no key: a left join emits it at once)
+keeps its place; a joiner failing mid-run is that record's failure, and only that record goes
+to the dead-letter topic. Run by the real worker on the in-memory Kafka model; the real
+broker's cases are test_enrichment_kafka.py, test_stream_stream_kafka.py and the differential
+test against Kafka Streams (test_vs_kafka_streams.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import streams_app
+from streams_app.runtime.errors_policy import H_SOURCE_OFFSET
+from streams_app.runtime.joins.base import JoinProcessor
+from streams_app.runtime.worker.collector import H_SRC_OFFSET
+from streams_app.testing import DriverFactory, Input
+
+pytestmark = pytest.mark.streams_backends("memory")
+
+CUSTOMERS = {"c0": "ann", "c1": "bob", "c2": "cy"}
+
+
+def orders() -> list[Input]:
+    """40 orders on one partition: most keyed to a customer, some to none (a left join's
+    None), one without a key (KIP-962: emitted at once, through an await) and one without a
+    value (dropped), in the middle of the run."""
+    out = []
+    for n in range(40):
+        key: str | None = f"c{n % 4}"  # c3 has no customer
+        value: str | None = f"o{n}"
+        if n == 17:
+            key = None
+        if n == 23:
+            value = None
+        out.append(Input(key, value, timestamp=100 + n, partition=0))
+    return out
+
+
+def enrichment(failing: set[str], **settings: Any) -> tuple[streams_app.App, dict[str, int]]:
+    """Orders left-joined with customers to ``enriched``, and read by an agent that copies
+    each result to ``seen``; the joiner fails on the orders in ``failing`` (each once: a
+    retry succeeds)."""
+    attempts: dict[str, int] = {}
+    app = streams_app.App(
+        "join-runs", broker="kafka://127.0.0.1:1", topic_partitions=1, **settings
+    )
+    customers_topic = app.topic(
+        "customers", key_type=str, value_type=str, config={"cleanup.policy": "compact"}
+    )
+    orders_topic = app.topic("orders", key_type=str, value_type=str)
+    enriched = app.topic("enriched", key_type=str, value_type=str)
+    seen = app.topic("seen", key_type=str, value_type=str)
+    customers = app.Table("customers", source=customers_topic)
+
+    def joiner(order: str, customer: str | None) -> str:
+        if order in failing:
+            attempts[order] = attempts.get(order, 0) + 1
+            if settings.get("error_policy") == "dlq" or attempts[order] == 1:
+                raise RuntimeError(f"refusing {order}")
+        return f"{order}:{customer}"
+
+    joined = orders_topic.left_join(customers, joiner=joiner)
+    joined.to(enriched)
+
+    @app.agent(joined)
+    async def copy(stream):  # type: ignore[no-untyped-def]
+        async for key, value in stream.items():
+            await seen.send(key=key, value=value)
+
+    return app, attempts
+
+
+def expected(skip: set[str] = frozenset()) -> list[tuple[str | None, str]]:  # type: ignore[assignment]
+    out = []
+    for record in orders():
+        if record.value is None or record.value in skip:
+            continue
+        out.append((record.key, f"{record.value}:{CUSTOMERS.get(record.key or '')}"))
+    return out
+
+
+async def _runs(driver: Any, app: streams_app.App, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Pipe the customers, then the orders in one go; the lengths of the runs the join took."""
+    runs: list[int] = []
+    real = JoinProcessor.run
+
+    def counting(self: JoinProcessor, forward: Any, events: list[Any]) -> Any:
+        runs.append(len(events))
+        return real(self, forward, events)
+
+    monkeypatch.setattr(JoinProcessor, "run", counting)
+    for key, name in CUSTOMERS.items():
+        await driver.pipe("customers", name, key=key, timestamp=1, partition=0)
+    await driver.run_until_idle()
+    return runs
+
+
+async def test_a_run_gives_each_result_once_in_order_with_its_records_lineage(
+    topology_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, _ = enrichment(set())
+    async with topology_driver(app) as driver:
+        runs = await _runs(driver, app, monkeypatch)
+        piped = await driver.pipe_many("orders", orders())
+        await driver.run_until_idle()
+        assert max(runs) > 10  # the join took the orders a run at a time
+        out = await driver.read("enriched")
+        assert [(r.key, r.value) for r in out] == expected()
+        # Each result's lineage is its own order's offset (the null value's has none).
+        offsets = [p.offset for p, i in zip(piped, orders(), strict=True) if i.value is not None]
+        assert [int(r.header(H_SRC_OFFSET) or b"-1") for r in out] == offsets
+        assert [r.timestamp for r in out] == [
+            i.timestamp for i in orders() if i.value is not None
+        ]
+        # The agent reading the join got the same results, in the same order.
+        assert [(r.key, r.value) for r in await driver.read("seen")] == expected()
+
+
+async def test_a_joiner_failing_mid_run_dead_letters_that_record_only(
+    topology_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, attempts = enrichment({"o9", "o30"}, error_policy="dlq", max_retries=0)
+    async with topology_driver(app) as driver:
+        runs = await _runs(driver, app, monkeypatch)
+        piped = await driver.pipe_many("orders", orders())
+        await driver.run_until_idle()
+        assert max(runs) > 10
+        assert attempts == {"o9": 1, "o30": 1}
+        out = await driver.read("enriched")
+        assert [(r.key, r.value) for r in out] == expected({"o9", "o30"})
+        assert [(r.key, r.value) for r in await driver.read("seen")] == expected({"o9", "o30"})
+        dead = await driver.read("orders.dlq")
+        assert [d.header(H_SOURCE_OFFSET) for d in dead] == [
+            str(piped[9].offset).encode(),
+            str(piped[30].offset).encode(),
+        ]
+
+
+async def test_a_joiner_failing_once_mid_run_is_retried_and_every_result_lands_once(
+    topology_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, attempts = enrichment({"o12"}, error_policy="retry", retry_backoff=0.05)
+    async with topology_driver(app) as driver:
+        await _runs(driver, app, monkeypatch)
+        await driver.pipe_many("orders", orders())
+        await driver.run_until_idle()
+        assert attempts == {"o12": 2}
+        # The aborted attempt's results (o0..o11, sent before the failure) are not read.
+        assert [(r.key, r.value) for r in await driver.read("enriched")] == expected()
+        assert [(r.key, r.value) for r in await driver.read("seen")] == expected()
