@@ -45,9 +45,7 @@ def enrichment(failing: set[str], **settings: Any) -> tuple[streams_app.App, dic
     each result to ``seen``; the joiner fails on the orders in ``failing`` (each once: a
     retry succeeds)."""
     attempts: dict[str, int] = {}
-    app = streams_app.App(
-        "join-runs", broker="kafka://127.0.0.1:1", topic_partitions=1, **settings
-    )
+    app = streams_app.App("join-runs", broker="kafka://127.0.0.1:1", topic_partitions=1, **settings)
     customers_topic = app.topic(
         "customers", key_type=str, value_type=str, config={"cleanup.policy": "compact"}
     )
@@ -113,9 +111,7 @@ async def test_a_run_gives_each_result_once_in_order_with_its_records_lineage(
         # Each result's lineage is its own order's offset (the null value's has none).
         offsets = [p.offset for p, i in zip(piped, orders(), strict=True) if i.value is not None]
         assert [int(r.header(H_SRC_OFFSET) or b"-1") for r in out] == offsets
-        assert [r.timestamp for r in out] == [
-            i.timestamp for i in orders() if i.value is not None
-        ]
+        assert [r.timestamp for r in out] == [i.timestamp for i in orders() if i.value is not None]
         # The agent reading the join got the same results, in the same order.
         assert [(r.key, r.value) for r in await driver.read("seen")] == expected()
 
