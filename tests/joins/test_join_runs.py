@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import streams_app
+from streams_app.app.topic import Topic
 from streams_app.runtime.errors_policy import H_SOURCE_OFFSET
 from streams_app.runtime.joins.base import JoinProcessor
 from streams_app.runtime.worker.collector import H_SRC_OFFSET
@@ -148,3 +149,29 @@ async def test_a_joiner_failing_once_mid_run_is_retried_and_every_result_lands_o
         # The aborted attempt's results (o0..o11, sent before the failure) are not read.
         assert [(r.key, r.value) for r in await driver.read("enriched")] == expected()
         assert [(r.key, r.value) for r in await driver.read("seen")] == expected()
+
+
+@pytest.mark.streams_backends("kafka")  # the real producer's batch path
+async def test_after_the_send_that_begins_the_transaction_the_run_takes_the_batch_path(
+    topology_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first result of a transaction is sent with an await (it begins the transaction);
+    the rest of its run goes the batch path, not one await each."""
+    app, _ = enrichment(set())
+    awaited: list[str] = []
+    real = Topic.send
+
+    async def counting(self: Topic, *args: Any, **kwargs: Any) -> Any:
+        if self.name == "enriched":  # the join's (the agent's sends go to "seen")
+            awaited.append(kwargs["value"])
+        return await real(self, *args, **kwargs)
+
+    async with topology_driver(app) as driver:
+        runs = await _runs(driver, app, monkeypatch)
+        monkeypatch.setattr(Topic, "send", counting)
+        await driver.pipe_many("orders", orders())
+        await driver.run_until_idle()
+        assert [(r.key, r.value) for r in await driver.read("enriched")] == expected()
+        assert len(runs) >= 3 and max(runs) > 10
+        # At most one awaited send a run (a run that began a transaction): of 38 results.
+        assert 1 <= len(awaited) <= len(runs)

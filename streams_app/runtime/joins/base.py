@@ -33,6 +33,7 @@ from streams_app.topology.contract import (
     Event,
     ResultRow,
     TaskScope,
+    TopicLike,
     current_event,
     current_runtime,
     current_task,
@@ -230,33 +231,46 @@ class JoinProcessor:
             return None
         runtime = current_runtime.get()
         for i, topic in enumerate(self.join.sinks):
-            encode = topic.encode
-            rows: list[ResultRow] = [
-                (*encode(key, value), timestamp, trigger)
-                for _, key, value, timestamp, trigger in results
-            ]
+            rows = _rows(topic, results)
             sent = 0 if runtime is None else runtime.send_run_nowait(topic.name, rows)
             if sent < len(rows):
-                return self._send_run_rest(results, i, sent)
-        feed = self._feed_readers
-        if self._readers(self.name):
-            for task, key, value, timestamp, trigger in results:
-                feed(task, key, value, timestamp, trigger)
+                return self._send_run_rest(results, i, rows, sent)
+        self._feed_run(results)
         return None
 
     async def _send_run_rest(
-        self, results: list[tuple[TaskScope, Any, Any, int, Event | None]], sink: int, sent: int
+        self,
+        results: list[tuple[TaskScope, Any, Any, int, Event | None]],
+        sink: int,
+        rows: list[ResultRow],
+        sent: int,
     ) -> None:
-        """The rest of :meth:`_send_run`: from result ``sent`` of topic ``sink`` on, each
-        with its record current (its lineage headers), then the rest of the topics."""
+        """The rest of :meth:`_send_run`, from result ``sent`` of topic ``sink`` on: the
+        result the batch path refused is sent with its record current (its lineage headers),
+        and what that await made ready (the transaction begun, as at the first run after
+        every commit; the topic's metadata; room in the queue) takes the rest of the run."""
+        runtime = current_runtime.get()
         sinks = self.join.sinks
         for i in range(sink, len(sinks)):
             topic = sinks[i]
-            for _, key, value, timestamp, trigger in results[sent if i == sink else 0 :]:
+            if i > sink:
+                rows = _rows(topic, results)
+                sent = 0 if runtime is None else runtime.send_run_nowait(topic.name, rows)
+            while sent < len(rows):
+                _, key, value, timestamp, trigger = results[sent]
                 current_event.set(trigger)
                 await topic.send(key=key, value=value, timestamp=timestamp / 1000)
-        for task, key, value, timestamp, trigger in results:
-            self._feed_readers(task, key, value, timestamp, trigger)
+                sent += 1
+                if runtime is not None and sent < len(rows):
+                    sent += runtime.send_run_nowait(topic.name, rows[sent:])
+        self._feed_run(results)
+
+    def _feed_run(self, results: list[tuple[TaskScope, Any, Any, int, Event | None]]) -> None:
+        """A run's results to the agents reading the join (if any)."""
+        if self._readers(self.name):
+            feed = self._feed_readers
+            for task, key, value, timestamp, trigger in results:
+                feed(task, key, value, timestamp, trigger)
 
     def _feed_readers(
         self, task: TaskScope, key: Any, value: Any, timestamp: int, trigger: Event | None
@@ -302,6 +316,16 @@ class JoinProcessor:
 
 def _dumps(dumps: Callable[[Any], bytes], key: Any) -> bytes | None:
     return None if key is None else dumps(key)
+
+
+def _rows(
+    topic: TopicLike, results: list[tuple[TaskScope, Any, Any, int, Event | None]]
+) -> list[ResultRow]:
+    """A run's results encoded for ``topic`` (``Runtime.send_run_nowait``'s rows)."""
+    encode = topic.encode
+    return [
+        (*encode(key, value), timestamp, trigger) for _, key, value, timestamp, trigger in results
+    ]
 
 
 class TaskContext:
