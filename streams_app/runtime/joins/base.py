@@ -185,42 +185,56 @@ class JoinProcessor:
         run made before it. Nothing commits while a run is in the dispatcher: the run's
         results are in the transaction of its records' offsets. A record that fails leaves
         ``current_event`` on itself: the dispatcher names it in the failure."""
-        collecting: list[tuple[TaskScope, Any, Any, int, Event | None]] = []
-        self._collecting = collecting
-        set_current = current_event.set
-        rest: Awaitable[None] | None = None
-        at = 0
-        try:
-            for event in events:
-                set_current(event)
-                rest = forward_nowait(event)
-                if rest is not None:
-                    break
-                at += 1
-        finally:
-            self._collecting = None
+        collecting, rest, at = self._collect(forward_nowait, events, 0)
         if rest is None:
             return self._send_run(collecting)
         return self._run_on(collecting, rest, forward_nowait, events, at)
 
+    def _collect(
+        self,
+        forward_nowait: Callable[[Event], Awaitable[None] | None],
+        events: list[Event],
+        start: int,
+    ) -> tuple[list[tuple[TaskScope, Any, Any, int, Event | None]], Awaitable[None] | None, int]:
+        """Records from ``start`` on through ``forward_nowait``, their results collected, up
+        to the first that needs an await: (results, what it left to await or None, its
+        index)."""
+        collecting: list[tuple[TaskScope, Any, Any, int, Event | None]] = []
+        self._collecting = collecting
+        set_current = current_event.set
+        rest: Awaitable[None] | None = None
+        at = start
+        try:
+            for at in range(start, len(events)):
+                set_current(events[at])
+                rest = forward_nowait(events[at])
+                if rest is not None:
+                    break
+        finally:
+            self._collecting = None
+        return collecting, rest, at
+
     async def _run_on(
         self,
         collecting: list[tuple[TaskScope, Any, Any, int, Event | None]],
-        rest: Awaitable[None],
+        rest: Awaitable[None] | None,
         forward_nowait: Callable[[Event], Awaitable[None] | None],
         events: list[Event],
         at: int,
     ) -> None:
         """:meth:`run` from record ``at``, whose ``rest`` must be awaited: what the run made
-        before it goes out first, then the record's own work, then the run goes on."""
-        sending = self._send_run(collecting)
-        if sending is not None:
-            await sending
-        current_event.set(events[at])
-        await rest
-        more = self.run(forward_nowait, events[at + 1 :])
-        if more is not None:
-            await more
+        before it goes out first, then the record's own work, then the run goes on, to the
+        next record that needs an await, and so on (a loop: with ``grace=`` every record
+        does)."""
+        while True:
+            sending = self._send_run(collecting)
+            if sending is not None:
+                await sending
+            if rest is None:
+                return
+            current_event.set(events[at])
+            await rest
+            collecting, rest, at = self._collect(forward_nowait, events, at + 1)
 
     def _send_run(
         self, results: list[tuple[TaskScope, Any, Any, int, Event | None]]
