@@ -88,6 +88,8 @@ log = logging.getLogger(__name__)
 
 
 _NO_HEADERS: list[tuple[str, bytes]] = []
+#: No bound on queued batches (:meth:`StreamsProducer.send_run_nowait` while holding).
+_NO_LIMIT = 1 << 62
 #: One record of :meth:`StreamsProducer.send_run_nowait`: key, value, headers, timestamp (ms).
 RunRow = tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None, int | None]
 
@@ -608,26 +610,31 @@ class StreamsProducer:
 
         A join's results come a run at a time (``JoinProcessor.run``); the checks
         :meth:`send_nowait` makes on every record are made here once a run, and no record
-        future is made (nobody waits on a join result's: the commit waits on its batch)."""
-        if self._held is not None:  # holding (a commit in flight): each as the held path goes
-            send_held = self._send_held
-            for key, value, headers, timestamp_ms in rows:
-                send_held(topic, key, value, None, headers, timestamp_ms)
-            return len(rows)
+        future is made (nobody waits on a join result's: the commit waits on its batch).
+
+        While a commit is in flight (holding) the run goes into the held batches the same
+        way, as :meth:`_send_held` would put each record, and takes all of it: from the first
+        record that cannot take the batch path (or behind a :class:`HeldSend` already
+        waiting), each goes as the held path goes, in order."""
+        held = self._held
         batcher = self._batcher
-        if batcher is None or (self._eos and not self._in_transaction):
-            return 0
+        if held is None:
+            if batcher is None or (self._eos and not self._in_transaction):
+                return 0
+            queued_limit = self.MAX_QUEUED_BATCHES
+        elif held or batcher is None:
+            return self._send_run_held(topic, rows, 0)
+        else:
+            queued_limit = _NO_LIMIT  # held batches wait for release(), not in the queue
         direct_bytes, queue, opened = self._direct_bytes, self._queue, self._open
         keyed = self._keyed.get(topic)
         for n, (key, value, headers, timestamp_ms) in enumerate(rows):
-            if (value is not None and len(value) > direct_bytes) or len(
-                queue
-            ) >= self.MAX_QUEUED_BATCHES:
-                return n
+            if (value is not None and len(value) > direct_bytes) or len(queue) >= queued_limit:
+                return n if held is None else self._send_run_held(topic, rows, n)
             if key is None or keyed is None or (chosen := keyed.get(key)) is None:
                 chosen = self._choose(batcher, topic, key, None)
                 if chosen is None:
-                    return n
+                    return n if held is None else self._send_run_held(topic, rows, n)
                 keyed = self._keyed.get(topic)
             # The unheld path's inline append (:meth:`_send_unheld_nowait`).
             tp = (topic, chosen)
@@ -641,6 +648,14 @@ class StreamsProducer:
                     continue
                 self._enqueue(opened.pop(tp))  # full: _append starts the next one
             self._append(topic, chosen, key, value, headers, timestamp_ms)
+        return len(rows)
+
+    def _send_run_held(self, topic: str, rows: Sequence[RunRow], start: int) -> int:
+        """:meth:`send_run_nowait` while holding, from row ``start`` on: each row as
+        :meth:`_send_held` puts it. Takes them all."""
+        send_held = self._send_held
+        for key, value, headers, timestamp_ms in rows[start:]:
+            send_held(topic, key, value, None, headers, timestamp_ms)
         return len(rows)
 
     def _send_unheld_nowait(

@@ -161,6 +161,8 @@ class PartitionTransaction:
         "_sealed",
         "_sealed_batch",
         "_segment",
+        "before_prepare",
+        "commits",
         "key_codec",
         "partition",
         "pending_get",
@@ -195,6 +197,14 @@ class PartitionTransaction:
         #: every key is by the time it is read again, is found without a Python call.
         self.pending_get: Callable[[Any, Any], Any] = self._dirty.get
         self._prepared: dict[bytes, bytes | None] | None = None
+        #: Called first by every :meth:`prepare` (None: nothing): a view over this transaction
+        #: that keeps a write back while it changes on every record (a store's observed stream
+        #: time) makes it here, once a commit. Dropped by :meth:`discard`, as the view is.
+        self.before_prepare: Callable[[], None] | None = None
+        #: Commits of this transaction's writes so far (:meth:`commit`, :meth:`commit_sealed`):
+        #: a view that noted it at :meth:`prepare` knows, once it has grown, that what it had
+        #: written by then is in the store.
+        self.commits = 0
         #: While a commit is in flight: the writes it carries (decoded, and encoded for the
         #: store), and the keys written again since (None: nothing sealed).
         self._sealed: dict[Any, Any] | None = None
@@ -299,6 +309,8 @@ class PartitionTransaction:
 
     def prepare(self) -> dict[bytes, bytes | None]:
         """Encode the pending writes once: the changelog records and the store batch."""
+        if self.before_prepare is not None:
+            self.before_prepare()
         if self._prepared is None:
             encode_key, encode_value = self.key_codec.dumps, self.value_codec.dumps
             # The codecs' plain types (a text key, a count) are checked here: calls fewer.
@@ -319,6 +331,7 @@ class PartitionTransaction:
     def commit(self, changelog_offset: int) -> None:
         """The Kafka transaction committed: make the writes durable with their offset."""
         self.partition.write(self.prepare(), changelog_offset)
+        self.commits += 1
         dirty = self._dirty
         if dirty:
             if self._cache.enabled:
@@ -351,6 +364,7 @@ class PartitionTransaction:
         assert sealed is not None and batch is not None and rewritten is not None
         self._sealed = self._sealed_batch = self._rewritten = None
         self.partition.write(batch, changelog_offset)
+        self.commits += 1
         dirty = self._dirty
         if rewritten:
             for key in sealed:
@@ -370,6 +384,7 @@ class PartitionTransaction:
     def discard(self) -> None:
         """The transaction aborted: forget every pending write and every cached read."""
         self._sealed = self._sealed_batch = self._rewritten = None
+        self.before_prepare = None
         self._dirty = {}
         self.pending_get = self._dirty.get
         self._counted = 0

@@ -27,12 +27,16 @@ key cannot collide with an entry: every entry key is at least 8 bytes.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from streams_app.codecs import Codec, DecodeError
 from streams_app.state.base import PartitionTransaction
 from streams_app.state.sizing import shared
 
+#: PendingKeys.of when a key has no pending entries (never written to).
+_NO_ENTRIES: Mapping[Any, None] = MappingProxyType({})
 #: PendingKeys prunes no fewer hints than this at a time (amortised: a pruning costs one pass).
 _PRUNE_AT_LEAST = 1024
 
@@ -183,6 +187,7 @@ class PendingKeys:
     of one user key find its pending entries without looking through every pending write (the
     same idea as :class:`~streams_app.state.windowed.WindowedTransaction`'s hints). The
     transaction stays the authority on values: an entry listed here is read back from it.
+    Every write and delete of an entry must be touched here, in the order made.
 
     A hint outlives its write when that write commits (the scan finds it then: the hint is
     redundant, never wrong). The hints are dropped as soon as the transaction holds no pending
@@ -190,18 +195,45 @@ class PendingKeys:
     what was pending at the last pruning: a worker that goes on processing while its commits
     are in flight may never see its transaction empty, and its hints must not grow with
     everything it ever buffered.
+
+    **Pruning by position.** Touches are numbered in order. A view that calls :meth:`mark`
+    whenever its transaction is prepared for a commit (``PartitionTransaction.before_prepare``)
+    lets a pruning drop every touch made before the last prepare that has committed since
+    (``PartitionTransaction.commits`` grew): that commit carried each of those writes, or a
+    later touch of the same entry rewrote it and is kept. That is a slice of the log, with no
+    hashing, and it is exact for a store written on every record and never read (the many side
+    of a one-to-many join). Without a mark, or when reads have indexed touches after that
+    point, a pruning asks the transaction which entries are still pending instead.
     """
 
-    __slots__ = ("_count", "_keys", "_limit", "_log", "tx")
+    __slots__ = (
+        "_count",
+        "_keys",
+        "_limit",
+        "_log",
+        "_log_base",
+        "_mark",
+        "_marked_at",
+        "_safe",
+        "tx",
+    )
 
     def __init__(self, tx: PartitionTransaction) -> None:
         self.tx = tx
-        #: user key -> composite keys written or deleted in the open transaction.
+        #: user key -> composite keys written or deleted in the open transaction: the touches
+        #: numbered below :attr:`_log_base` that are still hinted.
         self._keys: dict[Any, dict[Any, None]] = {}
         #: Touches not in ``_keys`` yet, in order: they are indexed when a read asks. A store
         #: that is written for every record and rarely read (the many side of a one-to-many
         #: join) pays a list append per write instead of an index update.
         self._log: list[tuple[Any, Any]] = []
+        #: The number of ``_log[0]``'s touch (the log holds ``_log_base`` up to the last).
+        self._log_base = 0
+        #: The number of touches at the last :meth:`mark`, and ``tx.commits`` then (-1: no
+        #: mark yet); every touch numbered below ``_safe`` is known to have committed.
+        self._mark = 0
+        self._marked_at = -1
+        self._safe = -1
         #: Touches since the last pruning (at least the composite keys held), and how many
         #: trigger the next one.
         self._count = 0
@@ -210,6 +242,7 @@ class PendingKeys:
     def fresh(self) -> None:
         if (self._keys or self._log) and not self.tx.dirty:
             self._keys.clear()
+            self._log_base += len(self._log)
             self._log = []
             self._count = 0
 
@@ -219,6 +252,24 @@ class PendingKeys:
         self._count += 1
         if self._count > self._limit:
             self._prune()
+
+    def mark(self) -> None:
+        """The transaction is being prepared for a commit: what has been touched so far
+        goes with it (class doc, "Pruning by position"). Not while a commit is in flight:
+        that one carries what was sealed, and what a prepare made meanwhile may be more."""
+        if self.tx.sealed:
+            return
+        commits = self.tx.commits
+        if self._marked_at >= 0 and commits > self._marked_at:
+            self._safe = self._mark  # the last marked prepare has committed since
+        self._mark = self._log_base + len(self._log)
+        self._marked_at = commits
+
+    def _committed_below(self) -> int:
+        """Every touch numbered below this has committed (-1: none known)."""
+        if self._marked_at >= 0 and self.tx.commits > self._marked_at:
+            return self._mark
+        return self._safe
 
     def _index(self) -> dict[Any, dict[Any, None]]:
         """The index, with the touches logged since the last read in it."""
@@ -230,31 +281,48 @@ class PendingKeys:
                     keys[user_key] = {composite: None}
                 else:
                     entries[composite] = None
+            self._log_base += len(self._log)
             self._log = []
         return keys
 
     def _prune(self) -> None:
         """Keep the hints of entries still pending only (the others committed)."""
-        pending = self.tx.pending_keys()
-        kept: dict[Any, dict[Any, None]] = {}
-        log: list[tuple[Any, Any]] = []
-        count = 0
-        if pending:
-            log = [touched for touched in self._log if touched[1] in pending]
-            count = len(log)
-            for user_key, entries in self._keys.items():
-                live = {c: None for c in entries if c in pending}
-                if live:
-                    kept[user_key] = live
-                    count += len(live)
-        self._keys = kept
-        self._log = log
+        committed = self._committed_below()
+        base = self._log_base
+        if committed >= base:  # every indexed touch is below it, and the log's first ones
+            del self._log[: committed - base]
+            self._log_base = committed
+            self._keys = {}
+            count = len(self._log)
+        else:
+            total = base + len(self._log)
+            pending = self.tx.pending_keys()
+            kept: dict[Any, dict[Any, None]] = {}
+            count = 0
+            if pending:
+                for user_key, entries in self._keys.items():
+                    live = {c: None for c in entries if c in pending}
+                    if live:
+                        kept[user_key] = live
+                        count += len(live)
+                log = [touched for touched in self._log if touched[1] in pending]
+                count += len(log)
+            else:
+                log = []
+            # The log's survivors go into the index, so that the log stays a run of touches
+            # from _log_base on (what the next pruning by position slices).
+            self._keys = kept
+            self._log = log
+            self._index()
+            self._log_base = total
         self._count = count
         self._limit = 2 * count + _PRUNE_AT_LEAST
 
-    def of(self, user_key: Any) -> dict[Any, None]:
+    def of(self, user_key: Any) -> Mapping[Any, None]:
+        if not self._log and not self._keys:
+            return _NO_ENTRIES  # nothing written (a side only read, as the one of 1:n joins)
         self.fresh()
-        return self._index().get(user_key, {})
+        return self._index().get(user_key, _NO_ENTRIES)
 
     def all(self) -> list[Any]:
         """Every composite key written or deleted in the open transaction."""

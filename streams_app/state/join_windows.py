@@ -20,7 +20,10 @@ the default segment interval, ``max(retention / 2, 60 s)`` as in Kafka Streams, 
 
 **Time.** The store's observed stream time is the largest timestamp put into it (the entry
 under the empty key, :mod:`streams_app.state.composite`), the ``observedStreamTime`` of Kafka
-Streams' segmented stores. An entry is *retained* while ``timestamp > observed - retention``:
+Streams' segmented stores. The view keeps it in memory and writes the entry when the
+transaction is prepared for a commit (``PartitionTransaction.before_prepare``), not at every
+put that moves it (nearly every put, when times ascend): the entry still commits with the
+entries that moved it. An entry is *retained* while ``timestamp > observed - retention``:
 
 - :meth:`put` of a record that is not (older than retention when it arrives) stores nothing and
   returns False; it still advances the observed time, as in Kafka Streams;
@@ -160,6 +163,7 @@ class JoinWindowTransaction:
         "_occupied",
         "_pending",
         "_scans",
+        "_written",
         "codec",
         "retention",
         "tx",
@@ -177,6 +181,11 @@ class JoinWindowTransaction:
         #: The observed time as this view last read or wrote it: the store's entry changes
         #: only through this view, and the buffers are not read-cached (the module doc).
         self._observed: int | None = None
+        #: The observed time the transaction holds (None: not read yet). A put that moves the
+        #: observed time (nearly every put, when times ascend) leaves the entry to the commit:
+        #: :meth:`_write_time` writes it when the transaction is prepared.
+        self._written: int | None = None
+        tx.before_prepare = self._before_prepare
         #: segment -> whether the store partition may hold entries in it (absent: not looked
         #: yet). A fetch seeks only in segments that may: a window of an hour either side spans
         #: three segments, and most of them are empty on one side or the other.
@@ -190,12 +199,22 @@ class JoinWindowTransaction:
         """The largest timestamp put into this store (committed with its entries)."""
         observed = self._observed
         if observed is None:
-            observed = self._observed = read_stream_time(self.tx)
+            observed = self._observed = self._written = read_stream_time(self.tx)
         return observed
 
-    def _advance(self, timestamp: int) -> None:
-        write_stream_time(self.tx, timestamp)
-        self._observed = timestamp
+    def _before_prepare(self) -> None:
+        """The transaction is being prepared for a commit (``PartitionTransaction.
+        before_prepare``): the observed time into it, and the hints' mark."""
+        self._write_time()
+        self._pending.mark()
+
+    def _write_time(self) -> None:
+        """The observed time into the transaction, if it moved since it was last written
+        (the stream time entry commits with the entries that moved it)."""
+        observed = self._observed
+        if observed is not None and observed != self._written:
+            write_stream_time(self.tx, observed)
+            self._written = observed
 
     def retained_from(self) -> int:
         """The oldest timestamp still retained (``observed - retention + 1``)."""
@@ -211,8 +230,7 @@ class JoinWindowTransaction:
         if observed is None:
             observed = self.observed
         if timestamp > observed:
-            self._advance(timestamp)
-            observed = timestamp
+            self._observed = observed = timestamp  # written at prepare (_write_time)
         if timestamp <= observed - self.retention:
             return False
         entry = (key, timestamp, seq)
@@ -230,7 +248,8 @@ class JoinWindowTransaction:
         """A record of this side at ``timestamp`` that is not stored (a left/outer record
         whose result was final when it came): the observed time moves as a put would move it."""
         if timestamp > self.observed:
-            self._advance(timestamp)
+            self._observed = timestamp
+            self._write_time()  # now: nothing else of this record makes the store dirty
 
     def delete(self, key: Any, timestamp: int, seq: int) -> None:
         entry = (key, timestamp, seq)
@@ -411,6 +430,7 @@ class JoinWindowTransaction:
         for entry in self._pending.all():
             if self.codec.segment(entry[1]) < live and self.tx.get(entry, _GONE) is not _GONE:
                 self.tx.delete(entry)
+                self._pending.touch(entry[0], entry)
                 self._forget(entry[0], entry[1])
                 removed += 1
         self._expired_below = live

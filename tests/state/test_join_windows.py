@@ -213,6 +213,38 @@ def test_hints_of_committed_writes_are_pruned_while_commits_are_in_flight(store:
     assert [b.value for b in v.fetch("k3", 0, 40)] == [3, 17, 24, 31, 38]
 
 
+def test_the_observed_time_commits_with_the_puts_that_moved_it(store: Store) -> None:
+    """A put leaves the stream time entry to the commit (written when the transaction is
+    prepared): each commit, plain or sealed while puts go on, carries the time of what it
+    carries; a record observed without being stored writes it at once; a discard forgets it."""
+    v = view(store, retention=1_000)
+    v.put("k", 10, 0, "a")
+    v.put("k", 20, 1, "b")
+    assert v.tx.pending(STREAM_TIME, None) is None  # not written per put
+    assert v.tx.prepare()[META_KEY] is not None
+    v.tx.commit(1)
+    assert view(store).observed == 20  # a new view reads it from the store
+    v.tx.seal()  # nothing new: the seal carries no time
+    v.put("k", 30, 2, "c")  # meanwhile
+    v.tx.commit_sealed(2)
+    assert view(store).observed == 20
+    v.tx.seal()  # carries 30
+    v.put("k", 25, 3, "d")  # older: the time stays 30
+    v.tx.commit_sealed(3)
+    assert view(store).observed == 30
+    v.tx.commit(4)
+    assert view(store).observed == 30
+    v.observe(40)  # not stored, the time moves: written now, the only pending write
+    assert v.tx.dirty and v.tx.pending(STREAM_TIME, None).ms == 40
+    v.tx.commit(5)
+    assert view(store).observed == 40
+    v.put("k", 50, 4, "e")
+    v.tx.discard()  # the view goes with it (a new one is made after an abort)
+    v = view(store, retention=1_000)
+    v.tx.commit(6)
+    assert v.observed == 40 and view(store).observed == 40
+
+
 class _CountingScans:
     """Counts the range scans a store partition serves (to see what the cache saved)."""
 

@@ -102,6 +102,33 @@ async def test_a_run_while_holding_joins_the_next_transaction_in_order() -> None
     assert values == [b"first", *(r[1] for r in rows)]
 
 
+async def test_a_held_run_takes_the_batch_path_and_keeps_order_past_a_refused_record() -> None:
+    """While holding, a run fills held batches inline (several, as they fill up); a record too
+    large for the batch path becomes a held send, and every row after it queues behind it:
+    after the release, the next transaction has them all, in order."""
+    producer, kafka = await _batching_producer(max_batch_size=1024)
+    producer.hold()
+    committing = asyncio.ensure_future(producer.commit({}, GROUP))
+    first, second = _run_rows(60), _run_rows(40)
+    second[7] = (b"key-x", b"L" * 4096, [], 5)
+    assert producer.send_run_nowait("out", first) == 60
+    assert producer.send_nowait("out", b"k", b"one", None, None, None) is not None
+    assert producer.send_run_nowait("out", second) == 40
+    assert producer.send_run_nowait("out", _run_rows(3)) == 3  # behind the held send
+    await committing
+    assert kafka.read("out", read_committed=True) == []  # type: ignore[attr-defined]
+    await producer.release()
+    await producer.commit({}, GROUP)
+    values = [r.value for r in kafka.read("out", read_committed=True)]  # type: ignore[attr-defined]
+    assert values == [
+        *(r[1] for r in first),
+        b"one",
+        *(r[1] for r in second),
+        *(r[1] for r in _run_rows(3)),
+    ]
+    assert producer.stats.batch_records.count > 6  # held batches filled and sealed inline
+
+
 async def test_no_run_is_taken_before_the_transaction_begins() -> None:
     from streams_app.testing.memory.broker import MemoryKafka
 

@@ -77,6 +77,7 @@ from streams_app.state.unmatched import (
     UnmatchedTransaction,
     unmatched_codecs,
 )
+from streams_app.topology.contract import current_event
 from streams_app.topology.description import STREAM_STREAM
 
 if TYPE_CHECKING:
@@ -220,6 +221,7 @@ class StreamStreamJoinState:
         "buffers",
         "join",
         "outer",
+        "reach",
         "released",
         "skipped",
         "too_late",
@@ -238,6 +240,8 @@ class StreamStreamJoinState:
         self.join = join
         self.windows = windows
         self.outer = join.outer_sides
+        #: By side: how far before and after its time a record's partners may be.
+        self.reach = ((windows.before, windows.after), (windows.after, windows.before))
         retention = windows.retention
         self.buffers = (
             JoinWindowTransaction(left, _codec(left, JoinWindowKeyCodec), retention),
@@ -293,8 +297,10 @@ class StreamStreamJoinState:
             self.skipped += 1
             return out
         other = RIGHT - side  # LEFT <-> RIGHT (0 <-> 1)
-        low, high = self.windows.other_side_range(side, timestamp)
-        partners = self.buffers[other].fetch(key, low, high)
+        before, after = self.reach[side]  # JoinWindows.other_side_range, inlined
+        low = timestamp - before
+        high = timestamp + after
+        partners = self.buffers[other].fetch(key, low if low > 0 else 0, high if high > 0 else 0)
         mine = self.buffers[side]
         if partners:
             unmatch = unmatched.remove if unmatched is not None and self.outer[other] else None
@@ -381,8 +387,10 @@ class _Side:
             await rest
 
     def forward_run(self, events: list[Event]) -> Awaitable[None] | None:
-        """A run of records, the results sent together (:meth:`JoinProcessor.run`)."""
-        return self.processor.run(self.forward_nowait, events)
+        """A run of records, the results sent together: :meth:`JoinProcessor.run` over
+        :meth:`forward_nowait`, in one loop (:meth:`StreamStreamProcessor.join_run`)."""
+        processor = self.processor
+        return processor._send_run(processor.join_run(self.side, events))
 
 
 @register
@@ -420,6 +428,41 @@ class StreamStreamProcessor(JoinProcessor):
         found = self.join_record(side, event)
         if found:
             await self._emit(event.task, found, event)
+
+    def join_run(
+        self, side: int, events: list[Event]
+    ) -> list[tuple[TaskScope, Any, Any, int, Event | None]]:
+        """The results of a run of ``side``'s records, ``(task, key, value, timestamp,
+        trigger)`` in order, as :meth:`JoinProcessor.run` collects them from
+        :meth:`_Side.forward_nowait` one record at a time: each record current while it is
+        joined (a joiner may read tables), its state changes made, its results' values made by
+        the joiner. In a run no record needs an await (every result is collected, none sent),
+        so the run is one loop, without the layers a record goes through on its own. A record
+        that fails stays current (the dispatcher names it) and the run's results are dropped
+        with it: the failure aborts the transaction that holds them."""
+        out: list[tuple[TaskScope, Any, Any, int, Event | None]] = []
+        append = out.append
+        result = self.join.result
+        set_current = current_event.set
+        task: TaskScope | None = None
+        process = None
+        for event in events:
+            set_current(event)
+            if event.task is not task:
+                task = event.task
+                process = self.state(task).process
+            assert process is not None
+            found = process(
+                side,
+                None if event.raw_key is None else event.key,
+                event.value,
+                event.timestamp,
+                event.offset,
+                event.raw_value if event.reply_to is None else None,
+            )
+            for r in found:
+                append((task, r.key, result(r.left, r.right), r.timestamp, event))
+        return out
 
     def join_record(self, side: int, event: Event) -> list[JoinResult]:
         """What :meth:`process` emits for ``event`` (its state changes made)."""

@@ -200,17 +200,21 @@ class RecordCollector:
         out: list[RunRow] = []
         if self._lineage_only:  # :meth:`headers`' common case, once a run's partition
             lineage = self._lineage
-            source: tuple[str, int] | None = None
-            src: tuple[tuple[str, bytes], tuple[str, bytes]] | None = None
+            topic_of: str | None = None  # the partition src is of (a run's is one)
+            partition_of = -1
+            src_topic = src_partition = (H_SRC_OFFSET, b"")
+            append = out.append
             for key, value, timestamp_ms, event in rows:
                 if event is None or event.offset < 0:
-                    out.append((key, value, None, timestamp_ms))
+                    append((key, value, None, timestamp_ms))
                     continue
-                if source != (event.topic, event.partition) or src is None:
-                    source = (event.topic, event.partition)
-                    src = lineage.get(source) or self._lineage_of(event)
+                if event.partition != partition_of or event.topic != topic_of:
+                    topic_of, partition_of = event.topic, event.partition
+                    src_topic, src_partition = lineage.get(
+                        (topic_of, partition_of)
+                    ) or self._lineage_of(event)
                 offset = (H_SRC_OFFSET, b"%d" % event.offset)
-                out.append((key, value, [src[0], src[1], offset], timestamp_ms))
+                append((key, value, [src_topic, src_partition, offset], timestamp_ms))
         else:
             for key, value, timestamp_ms, event in rows:
                 out.append((key, value, self.headers_of(None, event), timestamp_ms))
