@@ -1,6 +1,7 @@
-"""A join takes a run of records at once (``JoinProcessor.run``: the dispatcher hands a run of
-one partition to a join that is its topic's only feeder, and the join sends the run's results
-together). What must not change: each result once, in the order the records came, with its
+"""A join takes a run of records at once (``forward_run``: the dispatcher hands a run of one
+partition to a join that is its topic's only feeder, and the join sends the run's results
+together; a stream-table or stream-stream join goes through the run in one loop, others
+through ``JoinProcessor.run``). What must not change: each result once, in the order the records came, with its
 record's lineage; a record that needs an await mid-run (no key: a left join emits it at once)
 keeps its place; a joiner failing mid-run is that record's failure, and only that record goes
 to the dead-letter topic. Run by the real worker on the in-memory Kafka model; the real
@@ -18,6 +19,7 @@ import streams_app
 from streams_app.app.topic import Topic
 from streams_app.runtime.errors_policy import H_SOURCE_OFFSET
 from streams_app.runtime.joins.base import JoinProcessor
+from streams_app.runtime.joins.stream_table import StreamTableJoin
 from streams_app.runtime.worker.collector import H_SRC_OFFSET
 from streams_app.testing import DriverFactory, Input
 from streams_app.topology.contract import Event
@@ -87,13 +89,13 @@ def expected(skip: set[str] = frozenset()) -> list[tuple[str | None, str]]:  # t
 async def _runs(driver: Any, app: streams_app.App, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Pipe the customers, then the orders in one go; the lengths of the runs the join took."""
     runs: list[int] = []
-    real = JoinProcessor.run
+    real = StreamTableJoin.forward_run
 
-    def counting(self: JoinProcessor, forward: Any, events: list[Any]) -> Any:
+    def counting(self: StreamTableJoin, events: list[Any]) -> Any:
         runs.append(len(events))
-        return real(self, forward, events)
+        return real(self, events)
 
-    monkeypatch.setattr(JoinProcessor, "run", counting)
+    monkeypatch.setattr(StreamTableJoin, "forward_run", counting)
     for key, name in CUSTOMERS.items():
         await driver.pipe("customers", name, key=key, timestamp=1, partition=0)
     await driver.run_until_idle()

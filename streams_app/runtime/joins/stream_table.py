@@ -28,7 +28,7 @@ from streams_app.app.versioned import VersionedTable
 from streams_app.runtime.joins.base import JoinProcessor
 from streams_app.runtime.joins.runtime import register
 from streams_app.state.unmatched import UnmatchedTransaction
-from streams_app.topology.contract import MISSING, Event
+from streams_app.topology.contract import MISSING, Event, current_event
 from streams_app.topology.description import STREAM_GLOBAL, STREAM_TABLE
 
 if TYPE_CHECKING:
@@ -95,8 +95,40 @@ class StreamTableJoin(JoinProcessor):
             await rest
 
     def forward_run(self, events: list[Event]) -> Awaitable[None] | None:
-        """A run of records, the results sent together (:meth:`JoinProcessor.run`)."""
-        return self.run(self.forward_nowait, events)
+        """A run of records, the results sent together (:meth:`JoinProcessor.run`).
+
+        A plain table without grace (the common join) goes through the run in one loop, as
+        :meth:`forward_nowait` would take each record: each record current while it is
+        joined (a joiner may read tables), the table read in the record's task, the result
+        collected. A record without a value or a key (:meth:`_forward_rare`, which may await)
+        hands the rest of the run to :meth:`JoinProcessor.run`'s record-by-record path, after
+        what the loop collected has been sent."""
+        name = self._plain
+        if name is None or self.grace_ms is not None:
+            return self.run(self.forward_nowait, events)
+        out: list[tuple[TaskScope, Any, Any, int, Event | None]] = []
+        append = out.append
+        result = self.join.result
+        left_join = self.left_join
+        set_current = current_event.set
+        task: TaskScope | None = None
+        get: Any = None
+        for at, event in enumerate(events):
+            set_current(event)
+            value = event.value
+            if value is None or event.raw_key is None:
+                return self._run_on(out, self._forward_rare(event), self.forward_nowait, events, at)
+            if event.task is not task:
+                task = event.task
+                tx = task.tables.get(name)
+                get = (tx if tx is not None else task.open_table(self.table)).get
+            right = get(event.key, MISSING)
+            if right is MISSING:
+                if not left_join:
+                    continue
+                right = None
+            append((task, event.key, result(value, right), event.timestamp, event))
+        return self._send_run(out)
 
     async def _forward_rare(self, event: Event) -> None:
         """A record without a value or a key, or any record of a join with grace."""
