@@ -388,6 +388,8 @@ def plain_of(codec: Codec) -> tuple[type[Any], Callable[[Any], bytes]]:
     """``codec``'s plain type and its encoder (:meth:`TypedCodec.plain`), or a type no value
     has and ``codec.dumps``. A caller that encodes on every record checks the type itself:
     ``encode(v) if type(v) is plain else codec.dumps(v)``, a call fewer for plain values."""
+    if type(codec) is StrCodec:  # not a subclass: its dumps (text is str.encode's answer)
+        return str, str.encode
     plain = codec.plain() if type(codec) is TypedCodec else None  # not a subclass: its dumps
     return plain if plain is not None else (_NoValue, codec.dumps)
 

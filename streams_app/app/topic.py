@@ -12,7 +12,7 @@ from streams_app.app import joins
 from streams_app.app.windows import Duration, instant_ms
 from streams_app.codecs import Codec, CodecSpec, RecordCodec, codec_for, plain_of
 from streams_app.errors import InvalidTimestamp, TopologyError
-from streams_app.topology.contract import SendFuture, current_runtime
+from streams_app.topology.contract import Collected, ResultRow, SendFuture, current_runtime
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
@@ -421,6 +421,27 @@ class Topic:
             if type(value) is self._value_plain
             else self._value_codec.dumps(value),
         )
+
+    def encode_results(self, results: Sequence[Collected]) -> list[ResultRow]:
+        """:meth:`encode` of each result of a run, as :meth:`Runtime.send_run_nowait`'s rows
+        (``(key, value, timestamp_ms, trigger)``): one comprehension, a call fewer per
+        result."""
+        key_plain, key_dumps, key_codec = self._key_plain, self._key_dumps, self._key_codec
+        value_plain, value_dumps = self._value_plain, self._value_dumps
+        value_codec = self._value_codec
+        return [
+            (
+                None if k is None else key_dumps(k) if type(k) is key_plain else key_codec.dumps(k),
+                None
+                if v is None
+                else value_dumps(v)
+                if type(v) is value_plain
+                else value_codec.dumps(v),
+                timestamp,
+                trigger,
+            )
+            for _, k, v, timestamp, trigger in results
+        ]
 
     def __repr__(self) -> str:
         return f"<Topic {self.name}>"

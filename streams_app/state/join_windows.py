@@ -59,7 +59,7 @@ import struct
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from streams_app.codecs import Codec, DecodeError
+from streams_app.codecs import Codec, DecodeError, plain_of
 from streams_app.state.base import DELETED, PartitionTransaction, prefix_upper_bound
 from streams_app.state.cache import MISS, entry_size
 from streams_app.state.composite import (
@@ -115,6 +115,9 @@ class JoinWindowKeyCodec:
             raise ValueError("segment_ms must be positive")
         self.key_codec = key_codec
         self.segment_ms = segment_ms
+        #: The key codec's plain type and encoder (``plain_of``): every buffered record's
+        #: key is encoded at commit.
+        self._plain, self._plain_dumps = plain_of(key_codec)
 
     def segment(self, timestamp: int) -> int:
         return timestamp // self.segment_ms
@@ -123,7 +126,7 @@ class JoinWindowKeyCodec:
         if obj is STREAM_TIME:
             return META_KEY
         key, timestamp, seq = obj
-        raw = self.key_codec.dumps(key)
+        raw = self._plain_dumps(key) if type(key) is self._plain else self.key_codec.dumps(key)
         return (
             _HEAD.pack(timestamp // self.segment_ms + TIME_OFFSET, len(raw))
             + raw
@@ -304,7 +307,7 @@ class JoinWindowTransaction:
                     cached = self._load(segment, key, user_key)
                 if cached is not _MANY:
                     for record in cached:
-                        if time_from <= record.timestamp <= time_to:
+                        if time_from <= record[0] <= time_to:  # Buffered.timestamp
                             found.append(record)
                     continue
             if user_key is None:

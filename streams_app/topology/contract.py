@@ -84,6 +84,8 @@ class TopicLike(Protocol):
 
     def encode(self, key: Any, value: Any) -> tuple[bytes | None, bytes | None]: ...
 
+    def encode_results(self, results: Sequence[Collected]) -> list[ResultRow]: ...
+
     async def send(
         self,
         *,
@@ -473,5 +475,8 @@ current_event: ContextVar[Event | None] = ContextVar("streams_app_current_event"
 #: One result of :meth:`Runtime.send_run_nowait`: key and value encoded, the timestamp (ms),
 #: and the record it came of (its lineage headers; None: of no record).
 ResultRow = tuple[bytes | None, bytes | None, int, Event | None]
+#: A result a run collected before sending (a join's): ``(task, key, value, timestamp_ms,
+#: trigger)``, the key and value decoded; :meth:`TopicLike.encode_results` makes its row.
+Collected = tuple[TaskScope, Any, Any, int, Event | None]
 current_task: ContextVar[TaskScope | None] = ContextVar("streams_app_current_task", default=None)
 current_runtime: ContextVar[Runtime | None] = ContextVar("streams_app_runtime", default=None)

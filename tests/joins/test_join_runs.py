@@ -1,12 +1,12 @@
 """A join takes a run of records at once (``forward_run``: the dispatcher hands a run of one
 partition to a join that is its topic's only feeder, and the join sends the run's results
 together; a stream-table or stream-stream join goes through the run in one loop, others
-through ``JoinProcessor.run``). What must not change: each result once, in the order the records came, with its
-record's lineage; a record that needs an await mid-run (no key: a left join emits it at once)
-keeps its place; a joiner failing mid-run is that record's failure, and only that record goes
-to the dead-letter topic. Run by the real worker on the in-memory Kafka model; the real
-broker's cases are test_enrichment_kafka.py, test_stream_stream_kafka.py and the differential
-test against Kafka Streams (test_vs_kafka_streams.py)."""
+through ``JoinProcessor.run``). What must not change: each result once, in the order the
+records came, with its record's lineage; a record that needs an await mid-run (no key: a left
+join emits it at once) keeps its place; a joiner failing mid-run is that record's failure, and
+only that record goes to the dead-letter topic. Run by the real worker on the in-memory Kafka
+model; the real broker's cases are test_enrichment_kafka.py, test_stream_stream_kafka.py and
+the differential test against Kafka Streams (test_vs_kafka_streams.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import streams_app
 from streams_app.app.topic import Topic
 from streams_app.runtime.errors_policy import H_SOURCE_OFFSET
 from streams_app.runtime.joins.base import JoinProcessor
+from streams_app.runtime.joins.stream_stream import StreamStreamProcessor
 from streams_app.runtime.joins.stream_table import StreamTableJoin
 from streams_app.runtime.worker.collector import H_SRC_OFFSET
 from streams_app.testing import DriverFactory, Input
@@ -231,3 +232,58 @@ async def test_a_run_where_every_record_awaits_is_gone_through_in_a_loop() -> No
     assert rest is not None
     await rest
     assert done == list(range(5_000))
+
+
+async def test_a_stream_stream_joiner_failing_mid_run_dead_letters_that_record_only(
+    topology_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream-stream join's run loop (``StreamStreamProcessor.join_run``): 40 orders in
+    one run, each paired with its customer's payment buffered before; the joiner fails on two
+    of them under ``dlq``: exactly those two are dead-lettered (the run's other results land
+    once, in order, with their own orders' lineage)."""
+    failing = {"o9", "o30"}
+    app = streams_app.App(
+        "join-runs-ss",
+        broker="kafka://127.0.0.1:1",
+        topic_partitions=1,
+        error_policy="dlq",
+        max_retries=0,
+    )
+    orders_topic = app.topic("orders", key_type=str, value_type=str)
+    payments = app.topic("payments", key_type=str, value_type=str)
+    matched = app.topic("matched", key_type=str, value_type=str)
+
+    def joiner(order: str, payment: str) -> str:
+        if order in failing:
+            raise RuntimeError(f"refusing {order}")
+        return f"{order}:{payment}"
+
+    orders_topic.join(payments, streams_app.JoinWindows(3600), joiner=joiner).to(matched)
+    runs: list[int] = []
+    real = StreamStreamProcessor.join_run
+
+    def counting(self: StreamStreamProcessor, side: int, events: list[Any]) -> Any:
+        runs.append(len(events))
+        return real(self, side, events)
+
+    monkeypatch.setattr(StreamStreamProcessor, "join_run", counting)
+    async with topology_driver(app) as driver:
+        for c in range(4):
+            await driver.pipe("payments", f"p{c}", key=f"c{c}", timestamp=50, partition=0)
+        await driver.run_until_idle()
+        inputs = [Input(f"c{n % 4}", f"o{n}", timestamp=100 + n, partition=0) for n in range(40)]
+        piped = await driver.pipe_many("orders", inputs)
+        await driver.run_until_idle()
+        assert max(runs) > 10  # the orders came a run at a time
+        kept = [(i, p) for i, p in zip(inputs, piped, strict=True) if i.value not in failing]
+        out = await driver.read("matched")
+        assert [(r.key, r.value) for r in out] == [
+            (i.key, f"{i.value}:p{int(str(i.key)[1:])}") for i, _ in kept
+        ]
+        assert [int(r.header(H_SRC_OFFSET) or b"-1") for r in out] == [p.offset for _, p in kept]
+        assert [r.timestamp for r in out] == [i.timestamp for i, _ in kept]
+        dead = await driver.read("orders.dlq")
+        assert [d.header(H_SOURCE_OFFSET) for d in dead] == [
+            str(piped[9].offset).encode(),
+            str(piped[30].offset).encode(),
+        ]

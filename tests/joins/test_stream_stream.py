@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from streams_app.codecs import StrCodec
 from streams_app.runtime.joins.stream_stream import (
     LEFT,
     RIGHT,
@@ -65,9 +66,9 @@ def test_join_windows_check_their_bounds() -> None:
     assert w.other_side_range(RIGHT, 120) == (90, 110)
     assert w.other_side_range(LEFT, 5) == (15, 35) and w.other_side_range(RIGHT, 5) == (0, 0)
     inner = StreamStreamJoin("inner", w)
-    assert set(inner.store_codecs(*[None] * 3)) == {"left", "right"}  # type: ignore[arg-type]
+    assert set(inner.store_codecs(*[StrCodec()] * 3)) == {"left", "right"}
     outer = StreamStreamJoin("outer", w)
-    assert set(outer.store_codecs(*[None] * 3)) == {"left", "right", "unmatched"}  # type: ignore[arg-type]
+    assert set(outer.store_codecs(*[StrCodec()] * 3)) == {"left", "right", "unmatched"}
 
 
 def test_window_edges_are_inclusive_and_pairs_take_the_larger_time() -> None:

@@ -336,10 +336,7 @@ def _rows(
     topic: TopicLike, results: list[tuple[TaskScope, Any, Any, int, Event | None]]
 ) -> list[ResultRow]:
     """A run's results encoded for ``topic`` (``Runtime.send_run_nowait``'s rows)."""
-    encode = topic.encode
-    return [
-        (*encode(key, value), timestamp, trigger) for _, key, value, timestamp, trigger in results
-    ]
+    return topic.encode_results(results)
 
 
 class TaskContext:

@@ -145,6 +145,9 @@ class JoinWindows:
         return (low if low > 0 else 0), (high if high > 0 else 0)
 
 
+_new = tuple.__new__
+
+
 class JoinResult(NamedTuple):
     """One result: the key, the left and right values (None: no partner), the result's time."""
 
@@ -304,14 +307,17 @@ class StreamStreamJoinState:
         mine = self.buffers[side]
         if partners:
             unmatch = unmatched.remove if unmatched is not None and self.outer[other] else None
-            for partner in partners:
-                when = partner.timestamp if partner.timestamp > timestamp else timestamp
-                if side == LEFT:
-                    out.append(JoinResult(key, value, partner.value, when))
-                else:
-                    out.append(JoinResult(key, partner.value, value, when))
+            for when, partner_seq, partner_value in partners:  # Buffered, unpacked
                 if unmatch is not None:
-                    unmatch(other, key, partner.timestamp, partner.seq)
+                    unmatch(other, key, when, partner_seq)
+                if when < timestamp:
+                    when = timestamp
+                # JoinResult(...) without its Python-level __new__ (a result per pair).
+                out.append(
+                    _new(JoinResult, (key, value, partner_value, when))
+                    if side == LEFT
+                    else _new(JoinResult, (key, partner_value, value, when))
+                )
         elif unmatched is not None and self.outer[side]:
             if unmatched.closed(side, timestamp):
                 # Its window closed before it came, and nothing matched it: final at once.
@@ -442,7 +448,7 @@ class StreamStreamProcessor(JoinProcessor):
         with it: the failure aborts the transaction that holds them."""
         out: list[tuple[TaskScope, Any, Any, int, Event | None]] = []
         append = out.append
-        result = self.join.result
+        result = self.join.result_of
         set_current = current_event.set
         task: TaskScope | None = None
         process = None
@@ -460,8 +466,8 @@ class StreamStreamProcessor(JoinProcessor):
                 event.offset,
                 event.raw_value if event.reply_to is None else None,
             )
-            for r in found:
-                append((task, r.key, result(r.left, r.right), r.timestamp, event))
+            for key, left, right, timestamp in found:  # JoinResult, unpacked
+                append((task, key, result(left, right), timestamp, event))
         return out
 
     def join_record(self, side: int, event: Event) -> list[JoinResult]:

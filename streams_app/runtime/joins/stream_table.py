@@ -108,7 +108,7 @@ class StreamTableJoin(JoinProcessor):
             return self.run(self.forward_nowait, events)
         out: list[tuple[TaskScope, Any, Any, int, Event | None]] = []
         append = out.append
-        result = self.join.result
+        result = self.join.result_of
         left_join = self.left_join
         set_current = current_event.set
         task: TaskScope | None = None
