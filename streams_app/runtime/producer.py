@@ -627,9 +627,14 @@ class StreamsProducer:
         else:
             queued_limit = _NO_LIMIT  # held batches wait for release(), not in the queue
         direct_bytes, queue, opened = self._direct_bytes, self._queue, self._open
+        if len(queue) >= queued_limit:  # the queue grows only when a batch fills (below)
+            return 0
         keyed = self._keyed.get(topic)
+        #: The open batch of each partition this run has appended to, by partition number
+        #: (``_open`` is by ``(topic, partition)``: a tuple made and hashed per row).
+        batches: dict[int, OpenBatch] = {}
         for n, (key, value, headers, timestamp_ms) in enumerate(rows):
-            if (value is not None and len(value) > direct_bytes) or len(queue) >= queued_limit:
+            if value is not None and len(value) > direct_bytes:
                 return n if held is None else self._send_run_held(topic, rows, n)
             if key is None or keyed is None or (chosen := keyed.get(key)) is None:
                 chosen = self._choose(batcher, topic, key, None)
@@ -637,8 +642,11 @@ class StreamsProducer:
                     return n if held is None else self._send_run_held(topic, rows, n)
                 keyed = self._keyed.get(topic)
             # The unheld path's inline append (:meth:`_send_unheld_nowait`).
-            tp = (topic, chosen)
-            batch = opened.get(tp)
+            batch = batches.get(chosen)
+            if batch is None:
+                batch = opened.get((topic, chosen))
+                if batch is not None:
+                    batches[chosen] = batch
             if batch is not None and (not headers or type(headers) is list):
                 appended = batch.append(
                     batch.count, timestamp_ms, key, value, headers or _NO_HEADERS
@@ -646,8 +654,11 @@ class StreamsProducer:
                 if appended is not None:
                     batch.count += 1
                     continue
-                self._enqueue(opened.pop(tp))  # full: _append starts the next one
+                self._enqueue(opened.pop((topic, chosen)))  # full: _append starts the next one
             self._append(topic, chosen, key, value, headers, timestamp_ms)
+            batches.pop(chosen, None)  # _append opened a batch, or appended to the one open
+            if len(queue) >= queued_limit:
+                return n + 1 if held is None else self._send_run_held(topic, rows, n + 1)
         return len(rows)
 
     def _send_run_held(self, topic: str, rows: Sequence[RunRow], start: int) -> int:

@@ -87,6 +87,27 @@ async def test_a_run_stops_at_the_first_record_the_batch_path_refuses() -> None:
     assert [r.value for r in kafka.read("out", read_committed=True)] == [r[1] for r in rows]  # type: ignore[attr-defined]
 
 
+async def test_a_run_stops_where_the_queue_of_full_batches_reaches_its_bound() -> None:
+    """A run takes rows until the batches it filled make the send queue reach its bound (the
+    producer's backpressure): the rest, sent one by one, land as the same records sent one by
+    one from the start."""
+    producer, kafka = await _batching_producer(max_batch_size=1024)
+    kafka.create_topic("run", 3)  # type: ignore[attr-defined]
+    kafka.create_topic("each", 3)  # type: ignore[attr-defined]
+    producer.MAX_QUEUED_BATCHES = 2  # type: ignore[misc]
+    rows = _run_rows(150)
+    taken = producer.send_run_nowait("run", rows)
+    assert 12 < taken < 150 and len(producer._queue) >= 2
+    assert producer.send_run_nowait("run", rows[taken:]) == 0  # still full: nothing taken
+    for key, value, headers, ts in rows[taken:]:
+        await producer.send("run", key=key, value=value, headers=headers, timestamp_ms=ts)
+    for key, value, headers, ts in rows:
+        await producer.send("each", key=key, value=value, headers=headers, timestamp_ms=ts)
+    await producer.commit({}, GROUP)
+    run, each = _partitions(kafka, "run"), _partitions(kafka, "each")
+    assert run == each and sum(map(len, run.values())) == 150
+
+
 async def test_a_run_while_holding_joins_the_next_transaction_in_order() -> None:
     producer, kafka = await _batching_producer(max_batch_size=1024)
     assert producer.send_nowait("out", b"k", b"first", None, None, None) is not None
