@@ -33,7 +33,6 @@ from streams_app.topology.contract import (
     Event,
     ResultRow,
     TaskScope,
-    TopicLike,
     current_event,
     current_runtime,
     current_task,
@@ -245,7 +244,7 @@ class JoinProcessor:
             return None
         runtime = current_runtime.get()
         for i, topic in enumerate(self.join.sinks):
-            rows = _rows(topic, results)
+            rows = topic.encode_results(results)
             sent = 0 if runtime is None else runtime.send_run_nowait(topic.name, rows)
             if sent < len(rows):
                 return self._send_run_rest(results, i, rows, sent)
@@ -268,7 +267,7 @@ class JoinProcessor:
         for i in range(sink, len(sinks)):
             topic = sinks[i]
             if i > sink:
-                rows = _rows(topic, results)
+                rows = topic.encode_results(results)
                 sent = 0 if runtime is None else runtime.send_run_nowait(topic.name, rows)
             while sent < len(rows):
                 _, key, value, timestamp, trigger = results[sent]
@@ -330,13 +329,6 @@ class JoinProcessor:
 
 def _dumps(dumps: Callable[[Any], bytes], key: Any) -> bytes | None:
     return None if key is None else dumps(key)
-
-
-def _rows(
-    topic: TopicLike, results: list[tuple[TaskScope, Any, Any, int, Event | None]]
-) -> list[ResultRow]:
-    """A run's results encoded for ``topic`` (``Runtime.send_run_nowait``'s rows)."""
-    return topic.encode_results(results)
 
 
 class TaskContext:
