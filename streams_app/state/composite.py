@@ -114,36 +114,17 @@ class StreamTime:
         return f"StreamTime({self.ms})"
 
 
-class Encoded:
-    """A pending value whose encoding is known already: the bytes of the record it came in
-    (``raw``, what the same value codec decoded it from). The codec writes those bytes instead of
-    encoding the value again, which for a JSON record is most of what buffering it costs; a view
-    that reads pending values back unwraps :attr:`value`."""
-
-    __slots__ = ("raw", "value")
-
-    def __init__(self, value: Any, raw: bytes) -> None:
-        self.value = value
-        self.raw = raw
-
-
-_VALUE_TAG = bytes((TAG_VALUE,))
-
-
 class TaggedValueCodec:
     """Stored values: ``None``, a value, or the stream time entry's :class:`StreamTime`.
 
     One leading tag byte says which (the module's ``TAG_*``), so ``None`` is a value like any
-    other (a versioned table's tombstone version is an entry, not a deletion). An
-    :class:`Encoded` value is written from its record's bytes.
+    other (a versioned table's tombstone version is an entry, not a deletion).
     """
 
     def __init__(self, value_codec: Codec) -> None:
         self.value_codec = value_codec
 
     def dumps(self, obj: Any) -> bytes:
-        if type(obj) is Encoded:
-            return _VALUE_TAG + obj.raw
         if obj is None:
             return bytes((TAG_NONE,))
         if isinstance(obj, StreamTime):
@@ -187,7 +168,10 @@ class PendingKeys:
     of one user key find its pending entries without looking through every pending write (the
     same idea as :class:`~streams_app.state.windowed.WindowedTransaction`'s hints). The
     transaction stays the authority on values: an entry listed here is read back from it.
-    Every write and delete of an entry must be touched here, in the order made.
+    Every write and delete of an entry must be touched here, in the order made. A composite
+    key is a tuple whose first element is its user key (every store here keys so): the log
+    keeps the composite alone, with no pair made per write (a join buffers every record, and
+    each tuple made is one more object the cyclic collector sees until the commit).
 
     A hint outlives its write when that write commits (the scan finds it then: the hint is
     redundant, never wrong). The hints are dropped as soon as the transaction holds no pending
@@ -226,7 +210,7 @@ class PendingKeys:
         #: Touches not in ``_keys`` yet, in order: they are indexed when a read asks. A store
         #: that is written for every record and rarely read (the many side of a one-to-many
         #: join) pays a list append per write instead of an index update.
-        self._log: list[tuple[Any, Any]] = []
+        self._log: list[Any] = []
         #: The number of ``_log[0]``'s touch (the log holds ``_log_base`` up to the last).
         self._log_base = 0
         #: The number of touches at the last :meth:`mark`, and ``tx.commits`` then (-1: no
@@ -246,9 +230,10 @@ class PendingKeys:
             self._log = []
             self._count = 0
 
-    def touch(self, user_key: Any, composite: Any) -> None:
-        """``composite`` (an entry of ``user_key``) was just written or deleted."""
-        self._log.append((user_key, composite))
+    def touch(self, composite: Any) -> None:
+        """``composite`` (an entry of the user key ``composite[0]``) was just written or
+        deleted."""
+        self._log.append(composite)
         self._count += 1
         if self._count > self._limit:
             self._prune()
@@ -275,7 +260,8 @@ class PendingKeys:
         """The index, with the touches logged since the last read in it."""
         keys = self._keys
         if self._log:
-            for user_key, composite in self._log:
+            for composite in self._log:
+                user_key = composite[0]
                 entries = keys.get(user_key)
                 if entries is None:
                     keys[user_key] = {composite: None}
@@ -305,7 +291,7 @@ class PendingKeys:
                     if live:
                         kept[user_key] = live
                         count += len(live)
-                log = [touched for touched in self._log if touched[1] in pending]
+                log = [touched for touched in self._log if touched in pending]
                 count += len(log)
             else:
                 log = []

@@ -9,7 +9,8 @@ after the Kafka transaction commits).
 
 **Layout.** ``u64 segment | u32 length | key | u64 timestamp | u64 seq``
 (:class:`JoinWindowKeyCodec`), the value tagged
-(:class:`~streams_app.state.composite.TaggedValueCodec`).
+(:class:`~streams_app.state.composite.TaggedValueCodec`). A buffered value waits in the
+transaction as the bytes it will be stored as (:class:`BufferValueCodec`), not as the object.
 ``seq`` keeps duplicates apart: the caller passes a number unique within the store partition
 for each record it stores, and the runtime passes the record's input offset, which is also the
 same number when a record is processed again after an abort (Kafka Streams counts a sequence in
@@ -66,8 +67,8 @@ from streams_app.state.composite import (
     META_KEY,
     NO_TIME,
     STREAM_TIME,
+    TAG_VALUE,
     TIME_OFFSET,
-    Encoded,
     PendingKeys,
     TaggedValueCodec,
     key_prefix,
@@ -81,6 +82,7 @@ from streams_app.state.composite import (
 from streams_app.state.sizing import shared
 
 _GONE: Any = object()
+_VALUE_TAG = bytes((TAG_VALUE,))
 #: ``segment | key length`` and ``timestamp | seq`` of an entry's key (the times as pack_time's).
 _HEAD = struct.Struct(">QI")
 _TAIL = struct.Struct(">QQ")
@@ -145,11 +147,38 @@ class JoinWindowKeyCodec:
         return pack_time(segment) + key_prefix(self.key_codec, key)
 
 
+class BufferValueCodec(TaggedValueCodec):
+    """A buffer's values: tagged, as :class:`TaggedValueCodec` stores them, and kept pending in
+    the transaction as those stored bytes (:meth:`stored`), which :meth:`dumps` passes on.
+
+    Why bytes and not the value: a join buffers every record of its side until the next commit
+    (thousands in a commit interval), and a decoded value (a JSON object, a model) with an
+    object wrapping it would stay alive that long, each a container the cyclic garbage
+    collector walks at every young collection they survive; bytes are not tracked at all. A
+    record's bytes are at hand (``raw``: what its topic's value codec decoded it from), so the
+    store and the changelog get them without the value being encoded again; a pending value
+    read back (a fetch of a key written since the last commit) is decoded, as a committed one
+    is.
+    """
+
+    def stored(self, value: Any, raw: bytes | None) -> bytes:
+        """What the store will hold for ``value``; ``raw``: its bytes in the inner codec, if
+        known."""
+        if raw is None:
+            return TaggedValueCodec.dumps(self, value)
+        return _VALUE_TAG + raw
+
+    def dumps(self, obj: Any) -> bytes:
+        if type(obj) is bytes:  # pending values are stored bytes already (stored())
+            return obj
+        return TaggedValueCodec.dumps(self, obj)
+
+
 def join_window_codecs(
     key_codec: Codec, value_codec: Codec, segment_ms: int
-) -> tuple[JoinWindowKeyCodec, Codec]:
+) -> tuple[JoinWindowKeyCodec, BufferValueCodec]:
     """The store and changelog codecs of one side's buffer."""
-    return JoinWindowKeyCodec(key_codec, segment_ms), TaggedValueCodec(value_codec)
+    return JoinWindowKeyCodec(key_codec, segment_ms), BufferValueCodec(value_codec)
 
 
 class JoinWindowTransaction:
@@ -166,6 +195,7 @@ class JoinWindowTransaction:
         "_occupied",
         "_pending",
         "_scans",
+        "_stored",
         "_written",
         "codec",
         "retention",
@@ -175,9 +205,13 @@ class JoinWindowTransaction:
     def __init__(self, tx: PartitionTransaction, codec: JoinWindowKeyCodec, retention: int) -> None:
         if retention < 0:
             raise ValueError("retention must not be negative")
+        values = tx.value_codec
+        if not isinstance(values, BufferValueCodec):
+            raise TypeError(f"a join buffer needs a BufferValueCodec value codec, not {values!r}")
         self.tx = tx
         self.codec = codec
         self.retention = retention
+        self._stored = values.stored
         self._pending = PendingKeys(tx)
         #: Segments below this one hold nothing (None: not looked yet).
         self._expired_below: int | None = None
@@ -227,8 +261,8 @@ class JoinWindowTransaction:
     def put(self, key: Any, timestamp: int, seq: int, value: Any, raw: bytes | None = None) -> bool:
         """Buffer a record; False if it is older than retention (not stored). ``raw``: the
         bytes the record's value was decoded from with this store's value codec, if known: the
-        changelog and the store get them as they are (:class:`Encoded`) instead of the value
-        encoded again."""
+        changelog and the store get them as they are instead of the value encoded again (the
+        transaction holds the stored bytes either way: :class:`BufferValueCodec`)."""
         observed = self._observed
         if observed is None:
             observed = self.observed
@@ -237,8 +271,8 @@ class JoinWindowTransaction:
         if timestamp <= observed - self.retention:
             return False
         entry = (key, timestamp, seq)
-        self.tx.set(entry, value if raw is None else Encoded(value, raw))
-        self._pending.touch(key, entry)
+        self.tx.set(entry, self._stored(value, raw))
+        self._pending.touch(entry)
         segment = timestamp // self.codec.segment_ms
         # Committed with the transaction, it will be in the store: the segment may hold it.
         self._occupied[segment] = True
@@ -258,7 +292,7 @@ class JoinWindowTransaction:
         entry = (key, timestamp, seq)
         if self.tx.get(entry, _GONE) is not _GONE:
             self.tx.delete(entry)
-            self._pending.touch(key, entry)
+            self._pending.touch(entry)
             self._forget(key, timestamp)
 
     def _forget(self, key: Any, timestamp: int) -> None:
@@ -341,14 +375,9 @@ class JoinWindowTransaction:
                 if value is DELETED:
                     merged.pop((timestamp, seq), None)
                 elif value is not _GONE:
-                    merged[(timestamp, seq)] = (
-                        (value.value,) if type(value) is Encoded else (value,)
-                    )
+                    merged[(timestamp, seq)] = value  # stored bytes, as committed ones
         loads = tx.value_codec.loads
-        return [
-            Buffered(t, s, v[0] if type(v) is tuple else loads(v))
-            for (t, s), v in sorted(merged.items())
-        ]
+        return [Buffered(t, s, loads(v)) for (t, s), v in sorted(merged.items())]
 
     def _scan(
         self, segment: int, user_key: bytes, time_from: int, time_to: int
@@ -427,13 +456,13 @@ class JoinWindowTransaction:
             entry = self.codec.loads(raw_key)
             if self.tx.pending(entry, _GONE) is not DELETED:  # not deleted already
                 self.tx.delete(entry)
-                self._pending.touch(entry[0], entry)
+                self._pending.touch(entry)
                 self._forget(entry[0], entry[1])
                 removed += 1
         for entry in self._pending.all():
             if self.codec.segment(entry[1]) < live and self.tx.get(entry, _GONE) is not _GONE:
                 self.tx.delete(entry)
-                self._pending.touch(entry[0], entry)
+                self._pending.touch(entry)
                 self._forget(entry[0], entry[1])
                 removed += 1
         self._expired_below = live
@@ -453,8 +482,10 @@ class JoinWindowTransaction:
                 continue
             yield entry[0], Buffered(entry[1], entry[2], loads(raw_value))
         for entry in pending:
-            value = self.tx.get(entry, _GONE)
-            if value is not _GONE:
-                if type(value) is Encoded:
-                    value = value.value
-                yield entry[0], Buffered(entry[1], entry[2], value)
+            value = self.tx.pending(entry, _GONE)
+            if value is _GONE:  # hinted, and committed since: read as committed entries are
+                value = self.tx.get(entry, _GONE)
+                if value is not _GONE:
+                    yield entry[0], Buffered(entry[1], entry[2], value)
+            elif value is not DELETED:
+                yield entry[0], Buffered(entry[1], entry[2], loads(value))

@@ -101,14 +101,14 @@ class SubscriptionTransaction:
         ``foreign_key``; a subscription of the same row replaces its older one."""
         entry = (foreign_key, left_key)
         self.tx.set(entry, (digest, partition))
-        self._pending.touch(foreign_key, entry)
+        self._pending.touch(entry)
 
     def unsubscribe(self, foreign_key: Any, left_key: Any) -> None:
         """The row no longer points at ``foreign_key`` (its foreign key changed, or it went)."""
         entry = (foreign_key, left_key)
         if self.tx.get(entry, _GONE) is not _GONE:
             self.tx.delete(entry)
-            self._pending.touch(foreign_key, entry)
+            self._pending.touch(entry)
 
     def get(self, foreign_key: Any, left_key: Any) -> Subscription | None:
         found = self.tx.get((foreign_key, left_key), _GONE)

@@ -175,7 +175,7 @@ class VersionedTransaction:
             observed = timestamp
         entry = (key, timestamp)
         self.tx.set(entry, value)
-        self._pending.touch(key, entry)
+        self._pending.touch(entry)
         self._expire_key(key, observed - self.history_retention)
         return True
 
@@ -257,7 +257,7 @@ class VersionedTransaction:
         for valid_from in times[:keep_from]:
             entry = (key, valid_from)
             self.tx.delete(entry)
-            self._pending.touch(key, entry)
+            self._pending.touch(entry)
         return keep_from
 
     # -- merging the store with the pending writes ---------------------------------------------

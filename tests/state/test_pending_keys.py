@@ -25,7 +25,7 @@ def _tx() -> PartitionTransaction:
 def _hinted(hints: PendingKeys) -> set[tuple[str, int]]:
     """Every composite hinted, read without indexing the log (a read would: the test's own
     checks must not change which pruning runs)."""
-    return {c for entries in hints._keys.values() for c in entries} | {c for _, c in hints._log}
+    return {c for entries in hints._keys.values() for c in entries} | set(hints._log)
 
 
 @pytest.mark.parametrize("marked", [True, False], ids=["marked", "unmarked"])
@@ -53,7 +53,7 @@ def test_every_pending_entry_stays_hinted_and_the_hints_stay_bounded(
         elif roll < 0.75 or not written:
             composite = (rng.choice(keys), step)
             tx.set(composite, "v")
-            hints.touch(composite[0], composite)
+            hints.touch(composite)
             written.append(composite)
         elif roll < 0.97:
             composite = rng.choice(written[-200:])  # rewrites and deletes of recent entries
@@ -61,7 +61,7 @@ def test_every_pending_entry_stays_hinted_and_the_hints_stay_bounded(
                 tx.delete(composite)
             else:
                 tx.set(composite, "again")
-            hints.touch(composite[0], composite)
+            hints.touch(composite)
         elif roll < 0.973:
             tx.prepare()  # a changelog sent before its commit (a prepare that may abort)
         elif roll < 0.9995:
@@ -101,15 +101,15 @@ def test_pruning_by_position_keeps_a_rewrite_made_after_the_mark() -> None:
     tx.before_prepare = hints.mark
     for n in range(3_000):
         tx.set(("a", n), "v")
-        hints.touch("a", ("a", n))
+        hints.touch(("a", n))
     tx.seal()
     tx.delete(("a", 5))  # while the commit is in flight
-    hints.touch("a", ("a", 5))
+    hints.touch(("a", 5))
     tx.commit_sealed(1)
     tx.seal()  # the next commit: its prepare notes that the first has landed
     for n in range(3_000, 6_000):  # enough touches for a pruning
         tx.set(("b", n), "v")
-        hints.touch("b", ("b", n))
+        hints.touch(("b", n))
     assert hints._log_base >= 3_000  # the first commit's touches were dropped by position
     assert set(hints.of("a")) == {("a", 5)} and tx.pending(("a", 5)) is not None
     assert set(tx.pending_keys()) <= _hinted(hints)
