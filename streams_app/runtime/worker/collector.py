@@ -197,28 +197,33 @@ class RecordCollector:
         by one, with that record current). 0 outside processing, as :meth:`send_nowait`."""
         if not in_processing.get():
             return 0
-        out: list[RunRow] = []
-        if self._lineage_only:  # :meth:`headers`' common case, once a run's partition
-            lineage = self._lineage
-            topic_of: str | None = None  # the partition src is of (a run's is one)
-            partition_of = -1
-            src_topic = src_partition = (H_SRC_OFFSET, b"")
-            append = out.append
-            for key, value, timestamp_ms, event in rows:
-                if event is None or event.offset < 0:
-                    append((key, value, None, timestamp_ms))
-                    continue
-                if event.partition != partition_of or event.topic != topic_of:
-                    topic_of, partition_of = event.topic, event.partition
-                    src_topic, src_partition = lineage.get(
-                        (topic_of, partition_of)
-                    ) or self._lineage_of(event)
-                offset = (H_SRC_OFFSET, b"%d" % event.offset)
-                append((key, value, [src_topic, src_partition, offset], timestamp_ms))
-        else:
-            for key, value, timestamp_ms, event in rows:
-                out.append((key, value, self.headers_of(None, event), timestamp_ms))
+        if self._lineage_only and rows:
+            run = self._lineage_run(rows)
+            if run is not None:
+                return self._producer.send_run_nowait(topic, run)
+        headers_of = self.headers_of  # rows of several partitions, or of no record
+        out = [(key, value, headers_of(None, event), ms) for key, value, ms, event in rows]
         return self._producer.send_run_nowait(topic, out)
+
+    def _lineage_run(self, rows: Sequence[ResultRow]) -> list[RunRow] | None:
+        """:meth:`send_run_nowait`'s rows with their lineage headers when every row is of a
+        record of the first row's partition (a run's results are: the dispatcher hands over
+        one partition's records at a time), in one comprehension; None otherwise (a row of
+        no record, of another partition), for the row-by-row loop."""
+        first = rows[0][3]
+        if first is None or first.offset < 0:
+            return None
+        topic, partition = first.topic, first.partition
+        src_topic, src_partition = self._lineage.get((topic, partition)) or self._lineage_of(first)
+        out: list[RunRow] = [
+            (key, value, [src_topic, src_partition, (H_SRC_OFFSET, b"%d" % event.offset)], ms)
+            for key, value, ms, event in rows
+            if event is not None
+            and event.partition == partition
+            and event.topic == topic
+            and event.offset >= 0
+        ]
+        return out if len(out) == len(rows) else None
 
     async def send_encoded(
         self,
