@@ -27,7 +27,8 @@ key cannot collide with an entry: every entry key is at least 8 bytes.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -164,14 +165,16 @@ class PendingKeys:
     """Which composite entries of each user key the open transaction wrote or deleted.
 
     A store's committed entries are found by a range scan; the transaction's pending writes
-    are a dict keyed by decoded composite keys, which a scan cannot see. This index lets a read
+    are a dict keyed by composite keys (decoded, or the store keys themselves, as a join
+    buffer's), which a scan cannot see. This index lets a read
     of one user key find its pending entries without looking through every pending write (the
     same idea as :class:`~streams_app.state.windowed.WindowedTransaction`'s hints). The
     transaction stays the authority on values: an entry listed here is read back from it.
-    Every write and delete of an entry must be touched here, in the order made. A composite
-    key is a tuple whose first element is its user key (every store here keys so): the log
-    keeps the composite alone, with no pair made per write (a join buffers every record, and
-    each tuple made is one more object the cyclic collector sees until the commit).
+    Every write and delete of an entry must be touched here, in the order made. The index is
+    by what ``index_of`` gives of a composite key (by default its first element: a tuple
+    whose first element is its user key) and :meth:`of` is asked with the same: the log keeps
+    the composite alone, with no pair made per write (a join buffers every record, and each
+    object made and kept is one more that the cyclic collector walks until the commit).
 
     A hint outlives its write when that write commits (the scan finds it then: the hint is
     redundant, never wrong). The hints are dropped as soon as the transaction holds no pending
@@ -199,11 +202,15 @@ class PendingKeys:
         "_mark",
         "_marked_at",
         "_safe",
+        "index_of",
         "tx",
     )
 
-    def __init__(self, tx: PartitionTransaction) -> None:
+    def __init__(
+        self, tx: PartitionTransaction, index_of: Callable[[Any], Any] = itemgetter(0)
+    ) -> None:
         self.tx = tx
+        self.index_of = index_of
         #: user key -> composite keys written or deleted in the open transaction: the touches
         #: numbered below :attr:`_log_base` that are still hinted.
         self._keys: dict[Any, dict[Any, None]] = {}
@@ -230,9 +237,14 @@ class PendingKeys:
             self._log = []
             self._count = 0
 
+    @property
+    def hinted(self) -> bool:
+        """Whether any entry is hinted (False: :meth:`of` finds nothing for any key)."""
+        return bool(self._log or self._keys)
+
     def touch(self, composite: Any) -> None:
-        """``composite`` (an entry of the user key ``composite[0]``) was just written or
-        deleted."""
+        """``composite`` (an entry of the user key ``index_of(composite)``) was just written
+        or deleted."""
         self._log.append(composite)
         self._count += 1
         if self._count > self._limit:
@@ -260,8 +272,9 @@ class PendingKeys:
         """The index, with the touches logged since the last read in it."""
         keys = self._keys
         if self._log:
+            index_of = self.index_of
             for composite in self._log:
-                user_key = composite[0]
+                user_key = index_of(composite)
                 entries = keys.get(user_key)
                 if entries is None:
                     keys[user_key] = {composite: None}

@@ -9,8 +9,13 @@ after the Kafka transaction commits).
 
 **Layout.** ``u64 segment | u32 length | key | u64 timestamp | u64 seq``
 (:class:`JoinWindowKeyCodec`), the value tagged
-(:class:`~streams_app.state.composite.TaggedValueCodec`). A buffered value waits in the
-transaction as the bytes it will be stored as (:class:`BufferValueCodec`), not as the object.
+(:class:`~streams_app.state.composite.TaggedValueCodec`). A buffered record waits in the
+transaction as the bytes it will be stored as, under its store key
+(:meth:`JoinWindowKeyCodec.entry`) with its value's stored bytes (:class:`BufferValueCodec`):
+a join buffers every record of its side until the next commit, and a tuple key, a decoded
+value or a wrapper kept that long is an object the cyclic garbage collector walks at every
+young collection it survives; bytes are not tracked at all (and their hash is computed once).
+The commit then encodes nothing.
 ``seq`` keeps duplicates apart: the caller passes a number unique within the store partition
 for each record it stores, and the runtime passes the record's input offset, which is also the
 same number when a record is processed again after an abort (Kafka Streams counts a sequence in
@@ -124,16 +129,23 @@ class JoinWindowKeyCodec:
     def segment(self, timestamp: int) -> int:
         return timestamp // self.segment_ms
 
-    def dumps(self, obj: Any) -> bytes:
-        if obj is STREAM_TIME:
-            return META_KEY
-        key, timestamp, seq = obj
+    def entry(self, key: Any, timestamp: int, seq: int) -> bytes:
+        """The store key of ``(key, timestamp, seq)``: what the buffer's transaction is keyed
+        by (:class:`JoinWindowTransaction`), so that nothing is encoded at commit."""
         raw = self._plain_dumps(key) if type(key) is self._plain else self.key_codec.dumps(key)
         return (
             _HEAD.pack(timestamp // self.segment_ms + TIME_OFFSET, len(raw))
             + raw
             + _TAIL.pack(timestamp + TIME_OFFSET, seq)
         )
+
+    def dumps(self, obj: Any) -> bytes:
+        if type(obj) is bytes:  # a store key already (entry())
+            return obj
+        if obj is STREAM_TIME:
+            return META_KEY
+        key, timestamp, seq = obj
+        return self.entry(key, timestamp, seq)
 
     def loads(self, data: bytes) -> Any:
         if data == META_KEY:
@@ -147,18 +159,29 @@ class JoinWindowKeyCodec:
         return pack_time(segment) + key_prefix(self.key_codec, key)
 
 
+def entry_user_key(entry: bytes) -> bytes:
+    """The user key part of a store key (``u32 length | key``: ``key_prefix``'s bytes)."""
+    return entry[8:-16]
+
+
+def entry_time(entry: bytes) -> tuple[int, int]:
+    """The ``(timestamp, seq)`` of a store key."""
+    packed_time, seq = _TAIL.unpack_from(entry, len(entry) - 16)
+    return packed_time - TIME_OFFSET, seq
+
+
+def entry_segment(entry: bytes) -> int:
+    """The segment of a store key."""
+    return int(_TIME.unpack_from(entry)[0]) - TIME_OFFSET
+
+
 class BufferValueCodec(TaggedValueCodec):
     """A buffer's values: tagged, as :class:`TaggedValueCodec` stores them, and kept pending in
-    the transaction as those stored bytes (:meth:`stored`), which :meth:`dumps` passes on.
-
-    Why bytes and not the value: a join buffers every record of its side until the next commit
-    (thousands in a commit interval), and a decoded value (a JSON object, a model) with an
-    object wrapping it would stay alive that long, each a container the cyclic garbage
-    collector walks at every young collection they survive; bytes are not tracked at all. A
-    record's bytes are at hand (``raw``: what its topic's value codec decoded it from), so the
-    store and the changelog get them without the value being encoded again; a pending value
-    read back (a fetch of a key written since the last commit) is decoded, as a committed one
-    is.
+    the transaction as those stored bytes (:meth:`stored`), which :meth:`dumps` passes on
+    (the module doc says why). A record's bytes are at hand (``raw``: what its topic's value
+    codec decoded it from), so the store and the changelog get them without the value being
+    encoded again; a pending value read back (a fetch of a key written since the last commit)
+    is decoded, as a committed one is.
     """
 
     def stored(self, value: Any, raw: bytes | None) -> bytes:
@@ -190,6 +213,7 @@ class JoinWindowTransaction:
     """
 
     __slots__ = (
+        "_entry",
         "_expired_below",
         "_observed",
         "_occupied",
@@ -212,7 +236,9 @@ class JoinWindowTransaction:
         self.codec = codec
         self.retention = retention
         self._stored = values.stored
-        self._pending = PendingKeys(tx)
+        self._entry = codec.entry
+        #: Hints by the user key's bytes (``key_prefix``), as the pending entries are bytes.
+        self._pending = PendingKeys(tx, entry_user_key)
         #: Segments below this one hold nothing (None: not looked yet).
         self._expired_below: int | None = None
         #: The observed time as this view last read or wrote it: the store's entry changes
@@ -270,7 +296,7 @@ class JoinWindowTransaction:
             self._observed = observed = timestamp  # written at prepare (_write_time)
         if timestamp <= observed - self.retention:
             return False
-        entry = (key, timestamp, seq)
+        entry = self._entry(key, timestamp, seq)
         self.tx.set(entry, self._stored(value, raw))
         self._pending.touch(entry)
         segment = timestamp // self.codec.segment_ms
@@ -289,7 +315,7 @@ class JoinWindowTransaction:
             self._write_time()  # now: nothing else of this record makes the store dirty
 
     def delete(self, key: Any, timestamp: int, seq: int) -> None:
-        entry = (key, timestamp, seq)
+        entry = self._entry(key, timestamp, seq)
         if self.tx.get(entry, _GONE) is not _GONE:
             self.tx.delete(entry)
             self._pending.touch(entry)
@@ -319,16 +345,18 @@ class JoinWindowTransaction:
             return []
         segment_ms = self.codec.segment_ms
         segments = range(time_from // segment_ms, time_to // segment_ms + 1)
-        pending = self._pending.of(key)
-        if pending:
-            return self._fetch_merged(key, time_from, time_to, segments, pending)
+        user_key = None
+        if self._pending.hinted:
+            user_key = key_prefix(self.codec.key_codec, key)
+            pending = self._pending.of(user_key)
+            if pending:
+                return self._fetch_merged(user_key, time_from, time_to, segments, pending)
         # The common case: committed entries only. Segments ascend with time, and within one
         # the keys sort by (timestamp, seq): the scans come in the order returned. The key is
         # encoded only for a read of the store (a segment the fetch cache holds needs none).
         found: list[Buffered] = []
         scans = self._scans
         occupied = self._occupied
-        user_key = None
         for segment in segments:
             held = occupied.get(segment)
             if not (self._may_hold(segment) if held is None else held):
@@ -354,12 +382,17 @@ class JoinWindowTransaction:
         return found
 
     def _fetch_merged(
-        self, key: Any, time_from: int, time_to: int, segments: range, pending: Iterable[Any]
+        self,
+        user_key: bytes,
+        time_from: int,
+        time_to: int,
+        segments: range,
+        pending: Iterable[bytes],
     ) -> list[Buffered]:
-        """:meth:`fetch` for a key with writes pending in the transaction: the committed
-        entries merged with them (a pending delete removes one)."""
+        """:meth:`fetch` for a key (``user_key``: its bytes, ``key_prefix``'s) with writes
+        pending in the transaction: the committed entries merged with them (a pending delete
+        removes one)."""
         tx = self.tx
-        user_key = key_prefix(self.codec.key_codec, key)
         merged: dict[tuple[int, int], Any] = {}
         for segment in segments:
             if not self._may_hold(segment):
@@ -367,7 +400,7 @@ class JoinWindowTransaction:
             for t, seq, raw in self._scan(segment, user_key, time_from, time_to):
                 merged[(t, seq)] = raw
         for entry in pending:
-            _, timestamp, seq = entry
+            timestamp, seq = entry_time(entry)
             if time_from <= timestamp <= time_to:
                 # Written since the last commit, or committed since it was hinted (then the
                 # scan has it as committed, and nothing is pending for it).
@@ -452,40 +485,41 @@ class JoinWindowTransaction:
             return 0
         removed = 0
         # b"\x00" is just above the stream time entry's empty key: every entry is at or above it.
-        for raw_key, _ in list(self.tx.partition.iter_range(b"\x00", pack_time(live))):
-            entry = self.codec.loads(raw_key)
+        # The entries are store keys: those in the store are the transaction's keys as they are.
+        for entry, _ in list(self.tx.partition.iter_range(b"\x00", pack_time(live))):
             if self.tx.pending(entry, _GONE) is not DELETED:  # not deleted already
-                self.tx.delete(entry)
-                self._pending.touch(entry)
-                self._forget(entry[0], entry[1])
+                self._expire_entry(entry)
                 removed += 1
         for entry in self._pending.all():
-            if self.codec.segment(entry[1]) < live and self.tx.get(entry, _GONE) is not _GONE:
-                self.tx.delete(entry)
-                self._pending.touch(entry)
-                self._forget(entry[0], entry[1])
+            if entry_segment(entry) < live and self.tx.get(entry, _GONE) is not _GONE:
+                self._expire_entry(entry)
                 removed += 1
         self._expired_below = live
         for segment in [s for s in self._occupied if s < live]:
             del self._occupied[segment]  # never fetched again: below retention
         return removed
 
+    def _expire_entry(self, entry: bytes) -> None:
+        self.tx.delete(entry)
+        self._pending.touch(entry)
+        key, timestamp, _ = self.codec.loads(entry)
+        self._forget(key, timestamp)
+
     def entries(self) -> Iterator[tuple[Any, Buffered]]:
         """Every entry (retained or not yet expired), committed or pending: ``(key, record)``."""
         pending = {entry: None for entry in self._pending.all()}
-        loads = self.tx.value_codec.loads
+        loads, key_of = self.tx.value_codec.loads, self.codec.loads
         for raw_key, raw_value in self.tx.partition.items():
-            if raw_key == META_KEY:
+            if raw_key == META_KEY or raw_key in pending:
                 continue
-            entry = self.codec.loads(raw_key)
-            if entry in pending:
-                continue
-            yield entry[0], Buffered(entry[1], entry[2], loads(raw_value))
+            key, timestamp, seq = key_of(raw_key)
+            yield key, Buffered(timestamp, seq, loads(raw_value))
         for entry in pending:
+            key, timestamp, seq = key_of(entry)
             value = self.tx.pending(entry, _GONE)
             if value is _GONE:  # hinted, and committed since: read as committed entries are
                 value = self.tx.get(entry, _GONE)
                 if value is not _GONE:
-                    yield entry[0], Buffered(entry[1], entry[2], value)
+                    yield key, Buffered(timestamp, seq, value)
             elif value is not DELETED:
-                yield entry[0], Buffered(entry[1], entry[2], loads(value))
+                yield key, Buffered(timestamp, seq, loads(value))
