@@ -303,7 +303,7 @@ class JoinWindowTransaction:
         # Committed with the transaction, it will be in the store: the segment may hold it.
         self._occupied[segment] = True
         scans = self._scans
-        if scans is not None:
+        if scans is not None and (scans.young_sizes or scans.older):  # scans.forget's test
             scans.forget((segment, key))
         return True
 
@@ -344,7 +344,9 @@ class JoinWindowTransaction:
         if time_to < time_from:
             return []
         segment_ms = self.codec.segment_ms
-        segments = range(time_from // segment_ms, time_to // segment_ms + 1)
+        first, last = time_from // segment_ms, time_to // segment_ms
+        # Most fetches fall in one segment (segments are half the retention or more).
+        segments = (first,) if first == last else range(first, last + 1)
         user_key = None
         if self._pending.hinted:
             user_key = key_prefix(self.codec.key_codec, key)
@@ -362,7 +364,11 @@ class JoinWindowTransaction:
             if not (self._may_hold(segment) if held is None else held):
                 continue
             if scans is not None:
-                cached = scans.lookup((segment, key))
+                cached = scans.young.get((segment, key), MISS)  # scans.lookup, inlined
+                if cached is not MISS:
+                    scans.hits += 1
+                else:
+                    cached = scans.lookup_older((segment, key))
                 if cached is MISS:
                     if user_key is None:
                         user_key = key_prefix(self.codec.key_codec, key)
@@ -386,7 +392,7 @@ class JoinWindowTransaction:
         user_key: bytes,
         time_from: int,
         time_to: int,
-        segments: range,
+        segments: Iterable[int],
         pending: Iterable[bytes],
     ) -> list[Buffered]:
         """:meth:`fetch` for a key (``user_key``: its bytes, ``key_prefix``'s) with writes
