@@ -157,3 +157,43 @@ async def test_range_assignment_keeps_co_partitioned_topics_together(
     finally:
         await a.stop()
         await b.stop()
+
+
+async def test_wait_fetched_wakes_on_new_records_or_ends_with_until_and_takes_nothing(
+    bootstrap_servers: str, unique: str
+) -> None:
+    """StableConsumer.wait_fetched (the worker's wait while a commit is in flight): it returns
+    True once a fetch has brought new records, without taking them (the next getmany has
+    them), and False as soon as ``until`` is done, leaving no waiter behind in the fetcher."""
+    source, group = f"in-{unique}", f"g-{unique}"
+    await create_topics(bootstrap_servers, TopicSpec(source, 1, 1))
+    consumer = member(bootstrap_servers, group, fetch_max_wait_ms=100)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers)
+    await consumer.start()
+    await producer.start()
+    loop = asyncio.get_running_loop()
+    try:
+        await joined(consumer, [source])
+        assert await consumer.getmany(timeout_ms=500) == {}  # nothing there yet
+
+        never: asyncio.Future[None] = loop.create_future()
+        waiting = asyncio.create_task(consumer.wait_fetched(never))
+        done, _ = await asyncio.wait([waiting], timeout=0.5)
+        assert not done, "wait_fetched returned before any record was produced"
+        await producer.send_and_wait(source, b"v1", key=b"k")
+        assert await asyncio.wait_for(waiting, 15) is True
+        fetched = await consumer.getmany(timeout_ms=0)  # the records are still there
+        assert [r.value for records in fetched.values() for r in records] == [b"v1"]
+
+        commit: asyncio.Future[None] = loop.create_future()
+        waiting = asyncio.create_task(consumer.wait_fetched(commit))
+        done, _ = await asyncio.wait([waiting], timeout=0.3)
+        assert not done
+        commit.set_result(None)  # the commit ends first: nothing new was fetched
+        assert await asyncio.wait_for(waiting, 5) is False
+        assert not consumer._fetcher._fetch_waiters  # its waiter cancelled and removed
+        assert await consumer.wait_fetched(commit) is False  # already done: at once
+        never.cancel()
+    finally:
+        await producer.stop()
+        await consumer.stop()
