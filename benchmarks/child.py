@@ -249,6 +249,8 @@ async def run_streams_app(args: argparse.Namespace) -> dict[str, Any]:
             reporter.cancel()
     return {
         "records_processed": worker.records_processed,
+        # Of them, processed while a commit was in flight (process_during_commit).
+        "processed_during_commit": worker.processed_during_commit,
         "commits": worker.parts.committer.commits if worker.parts else None,
         "transactions": worker.transactions_committed if worker.parts else None,
         "commit_seconds": round(commit_time[0], 3),

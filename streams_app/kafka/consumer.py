@@ -262,25 +262,6 @@ class StableConsumer(AIOKafkaConsumer):  # type: ignore[misc]
         kwargs.setdefault("partition_assignment_strategy", (RangePartitionAssignor,))
         super().__init__(*topics, **kwargs)
 
-    async def wait_fetched(self, until: asyncio.Future[Any]) -> bool:
-        """Until the fetcher has put new records in its buffer (True) or ``until`` is done
-        (False): the fetcher's own waiter, which ``getmany`` with a timeout waits on, without
-        taking any records (``ConsumerClient.wait_fetched``)."""
-        if until.done() or self._fetcher is None or self._closed:
-            return False
-        waiter = self._fetcher._create_fetch_waiter()
-        try:
-            await asyncio.wait((waiter, until), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not waiter.done():
-                waiter.cancel()  # its done callback takes it out of the fetcher's waiters
-        if waiter.cancelled():
-            return False
-        # Retrieved here: an error the consumer set on its waiters is raised by the next
-        # getmany (the coordinator's check_errors), not lost.
-        waiter.exception()
-        return True
-
     async def start(self) -> None:
         """``AIOKafkaConsumer.start`` (aiokafka 0.14.0, consumer/consumer.py:364-437), building
         :class:`_StableGroupCoordinator` instead of ``GroupCoordinator``, and with

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
 
 from streams_app.transport.base import (
     CommittedOffset,
@@ -59,9 +58,6 @@ class NoInputs:
     ) -> Mapping[TopicPartition, Sequence[RecordLike]]:
         await asyncio.sleep(max(0, timeout_ms) / 1000)
         return {}
-
-    async def wait_fetched(self, until: asyncio.Future[Any]) -> bool:
-        return False
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         raise TransportError(f"a worker without inputs does not read {tp}")

@@ -310,11 +310,6 @@ class HarnessConsumer:
     def fetch_ready(self) -> bool:
         return self.inner.fetch_ready()
 
-    async def wait_fetched(self, until: asyncio.Future[Any]) -> bool:
-        if self.switch.dead:
-            return False
-        return await self.inner.wait_fetched(until)
-
     async def getmany(
         self, timeout_ms: int, max_records: int | None = None
     ) -> Mapping[TopicPartition, Sequence[RecordLike]]:

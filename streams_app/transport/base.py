@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 
 class TopicPartition(NamedTuple):
@@ -225,17 +225,6 @@ class ConsumerClient(Protocol):
     async def getmany(
         self, timeout_ms: int, max_records: int | None = None
     ) -> Mapping[TopicPartition, Sequence[RecordLike]]: ...
-
-    async def wait_fetched(self, until: asyncio.Future[Any]) -> bool:
-        """Wait, after ``getmany(timeout_ms=0)`` came back empty, until a fetch response has
-        brought records (True: the next ``getmany`` may have some) or ``until`` is done
-        (False), whichever comes first. A client that cannot tell answers False at once.
-
-        The worker waits here while a commit is in flight (``until``: the commit) instead of
-        leaving its core idle for the rest of the commit's round trips, and nothing it waits
-        on takes records: a poll that waits would take them, and could not be cancelled
-        safely once the commit is done."""
-        ...
 
     def seek(self, tp: TopicPartition, offset: int) -> None: ...
 

@@ -498,12 +498,6 @@ class KafkaConsumerClient:
             raise self._denied(exc) or TransportError(f"fetch failed: {exc!r}") from exc
         return {_ours(tp): records for tp, records in batch.items()}
 
-    async def wait_fetched(self, until: asyncio.Future[Any]) -> bool:
-        consumer = self._consumer
-        if consumer is None:
-            return False
-        return await consumer.wait_fetched(until)
-
     def _denied(self, exc: BaseException) -> AuthorizationError | None:
         return authorization_error(
             exc, self._principal, topic_operation="READ", group=self._config.group_id

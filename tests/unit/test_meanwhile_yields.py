@@ -33,9 +33,6 @@ class _Consumer:
         self.polls += 1
         return {("in", 0): list(range(max_records))}
 
-    async def wait_fetched(self, until: asyncio.Future[None]) -> bool:
-        return False  # a client that cannot wait for the next fetch
-
 
 class _Batch:
     """Processes a slice without suspending, as a join's dispatch does."""
@@ -77,81 +74,3 @@ async def test_a_slice_that_never_suspends_still_lets_the_commit_finish() -> Non
     assert 1 <= batch.slices <= 4, batch.slices
     assert batch.records_processed == batch.slices * MEANWHILE_SLICE
     assert consumer.polls < BACKLOG_SLICES
-
-
-class _Arriving:
-    """Fetch responses that come while the commit is in flight: ``deliver`` adds a slice and
-    wakes a waiting ``wait_fetched``, as a fetch response wakes the fetcher's waiters."""
-
-    def __init__(self) -> None:
-        self.buffered: list[list[int]] = []
-        self.arrived = asyncio.Event()
-        self.waits = 0
-
-    def fetch_ready(self) -> bool:
-        return True
-
-    def deliver(self, records: list[int]) -> None:
-        self.buffered.append(records)
-        self.arrived.set()
-
-    async def getmany(self, timeout_ms: int, max_records: int) -> dict[Any, list[int]]:
-        assert timeout_ms == 0  # never a poll that waits (it would take records)
-        if not self.buffered:
-            return {}
-        return {("in", 0): self.buffered.pop(0)}
-
-    async def wait_fetched(self, until: asyncio.Future[None]) -> bool:
-        self.waits += 1
-        self.arrived.clear()
-        arrival = asyncio.ensure_future(self.arrived.wait())
-        await asyncio.wait((arrival, until), return_when=asyncio.FIRST_COMPLETED)
-        if not arrival.done():
-            arrival.cancel()
-            return False
-        return True
-
-
-async def test_records_fetched_while_the_commit_is_in_flight_are_processed_before_it_ends() -> None:
-    """When what was fetched runs out before the commit is done, the loop waits for the next
-    fetch instead of idling until the commit ends, and stops waiting when the commit does."""
-    consumer, batch = _Arriving(), _Batch()
-    consumer.deliver(list(range(MEANWHILE_SLICE)))
-    commit_done = asyncio.Event()
-
-    async def commit() -> None:
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
-        consumer.deliver([1, 2, 3])  # a fetch response during the commit's round trips
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
-        consumer.deliver([4, 5])
-        await commit_done.wait()
-
-    committing = asyncio.ensure_future(commit())
-    meanwhile = asyncio.ensure_future(_loop(consumer, batch)._process_while_committing(committing))
-
-    async def processed(count: int) -> None:
-        while batch.records_processed < count and not meanwhile.done():
-            await asyncio.sleep(0)
-
-    await asyncio.wait_for(processed(MEANWHILE_SLICE + 5), 5)
-    assert batch.records_processed == MEANWHILE_SLICE + 5
-    assert not meanwhile.done()  # waiting for the next fetch, the commit still in flight
-    assert batch.slices == 3
-    commit_done.set()
-    await asyncio.wait_for(meanwhile, 5)
-    assert committing.done()
-    assert batch.records_processed == MEANWHILE_SLICE + 5
-    assert consumer.waits >= 2
-
-
-async def test_a_client_that_cannot_wait_ends_the_processing_when_the_fetched_records_run_out() -> (
-    None
-):
-    consumer, batch = _Consumer(), _Batch()
-    consumer.polls = BACKLOG_SLICES - 1  # one slice left
-    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    await asyncio.wait_for(_loop(consumer, batch)._process_while_committing(never), 5)
-    assert batch.slices == 1 and not never.done()
-    never.cancel()

@@ -196,18 +196,14 @@ class Loop:
         return self._process_while_committing
 
     async def _process_while_committing(self, committing: asyncio.Future[None]) -> None:
-        """Process fetched records, in slices, until the commit in flight is done.
+        """Process records already fetched, in slices, until the commit in flight is done.
 
-        When everything fetched is processed, it waits for the next fetch response or the end
-        of the commit, whichever comes first (``ConsumerClient.wait_fetched``): a saturated
-        worker whose processing outruns a commit's round trips would otherwise leave its core
-        idle for the rest of the commit (BENCHMARKS.md, "Waiting for the next fetch while a
-        commit is in flight"). A client that cannot wait so ends it there. It stops early when
-        a stop is requested, when the group starts to rebalance (a poll would wait for the
-        new assignment), and before a record that failed before is due again: that one is
-        retried in a transaction of its own, which needs a commit (``commit_for_retry``), and
-        none may begin while one is in flight. Agent failures propagate (the committer raises
-        them once it is done).
+        It stops early when the fetched records run out (a slice comes back short), when a
+        stop is requested, when the group starts to rebalance (a poll would wait for the new
+        assignment), and before a record that failed before is due again: that one is retried
+        in a transaction of its own, which needs a commit (``commit_for_retry``), and none may
+        begin while one is in flight. Agent failures propagate (the committer raises them once
+        it is done).
         """
         self.dead_letters.seal()
         consumer = self.consumer
@@ -222,12 +218,12 @@ class Loop:
                 self.deferred_poll_error = exc
                 return
             if not fetched:
-                if not await consumer.wait_fetched(committing):
-                    return
-                continue
+                return
             before = batch.records_processed
             await batch.process(fetched, paced=False)
             batch.processed_during_commit += batch.records_processed - before
+            if sum(map(len, fetched.values())) < MEANWHILE_SLICE:
+                return  # what was fetched is done
             # Let the commit's answers in. A slice suspends only where something waits: an
             # agent's task, a send. A topology without agents (joins, tables built from
             # topics) hands every record over without an await, and a fetch of records

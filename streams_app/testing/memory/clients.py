@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiokafka.partitioner import murmur2
 
@@ -208,9 +208,6 @@ class MemoryConsumer(_Client):
         return set(self._assignment)
 
     # -- fetching --------------------------------------------------------------------------
-
-    async def wait_fetched(self, until: asyncio.Future[Any]) -> bool:
-        return False  # never polled while a commit is in flight (fetch_ready)
 
     async def getmany(
         self, timeout_ms: int, max_records: int | None = None
