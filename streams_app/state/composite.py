@@ -166,10 +166,10 @@ class PendingKeys:
 
     A store's committed entries are found by a range scan; the transaction's pending writes
     are a dict keyed by composite keys (decoded, or the store keys themselves, as a join
-    buffer's), which a scan cannot see. This index lets a read
-    of one user key find its pending entries without looking through every pending write (the
-    same idea as :class:`~streams_app.state.windowed.WindowedTransaction`'s hints). The
-    transaction stays the authority on values: an entry listed here is read back from it.
+    buffer's), which a scan cannot see. This index lets a read of one user key find its
+    pending entries without looking through every pending write (the same idea as
+    :class:`~streams_app.state.windowed.WindowedTransaction`'s hints). The transaction stays
+    the authority on values: an entry listed here is read back from it.
     Every write and delete of an entry must be touched here, in the order made. The index is
     by what ``index_of`` gives of a composite key (by default its first element: a tuple
     whose first element is its user key) and :meth:`of` is asked with the same: the log keeps
