@@ -209,7 +209,7 @@ class RecordCollector:
         """:meth:`send_run_nowait`'s rows with their lineage headers when every row is of a
         record of the first row's partition (a run's results are: the dispatcher hands over
         one partition's records at a time), in one comprehension; None otherwise (a row of
-        no record, of another partition), for the row-by-row loop."""
+        no record, of another partition): each row then takes :meth:`headers_of`."""
         first = rows[0][3]
         if first is None or first.offset < 0:
             return None
