@@ -26,6 +26,11 @@ class Clock(Protocol):
         """Wall-clock seconds since the epoch (record timestamps)."""
         ...
 
+    def cpu_time(self) -> float:
+        """CPU seconds the event loop's thread has run (how busy the worker is:
+        ``runtime.worker.busy``)."""
+        ...
+
     async def sleep(self, seconds: float) -> None: ...
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Cancellable:
@@ -39,6 +44,9 @@ class SystemClock:
 
     def time(self) -> float:
         return time.time()
+
+    def cpu_time(self) -> float:
+        return time.thread_time()
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

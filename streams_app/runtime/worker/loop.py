@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 from streams_app.aio import cancel_and_wait
 from streams_app.runtime.clock import Clock
@@ -30,6 +31,7 @@ from streams_app.runtime.producer import StreamsProducer
 from streams_app.runtime.task_manager import TaskManager
 from streams_app.runtime.timers import TimerScheduler
 from streams_app.runtime.worker.batch import Batch, BatchProcessor, batch_offsets
+from streams_app.runtime.worker.busy import BusyMeter
 from streams_app.runtime.worker.collector import RecordCollector
 from streams_app.runtime.worker.failures import AgentFailed, FailureHandler
 from streams_app.runtime.worker.flow import FlowControl
@@ -39,15 +41,22 @@ from streams_app.transport.errors import GroupProtocolMismatchError, TransportEr
 
 log = logging.getLogger(__name__)
 
-#: Records per slice processed while a commit is in flight (process_during_commit): each of
-#: the commit's answers waits for at most one slice before the event loop gets to it. 32
-#: beat 8 and 128 in interleaved runs (BENCHMARKS.md, "Processing while the commit is in
-#: flight"); at 128 a commit took 2.5 times as long.
+#: The fewest records per slice processed while a commit is in flight (process_during_commit):
+#: each of the commit's answers waits for at most one slice before the event loop gets to it.
+#: 32 beat 8 and 128 for the count in interleaved runs (BENCHMARKS.md, "Processing while the
+#: commit is in flight"); at 128 its commits took 2.5 times as long.
 MEANWHILE_SLICE = 32
-#: Processing busier than this share of the time since the last commit began: the worker is
+#: The most records per slice: with cheap records the slice is sized by time instead.
+MEANWHILE_SLICE_MAX = 256
+#: CPU time a slice is sized to take: a slice's fixed costs (a poll, a batch, a loop turn)
+#: weigh on a record of a few µs, and a stream-table join's 32-record slices cost more CPU per
+#: record than its other batches (BENCHMARKS.md, "Sized by time"); half a millisecond per
+#: answer of the commit is a few percent of its round trips.
+MEANWHILE_SLICE_SECONDS = 0.0005
+#: On the CPU more than this share of the time since the last commit ended: the worker is
 #: saturated, and processes on while its commit is in flight (:meth:`Loop.meanwhile`). A
-#: worker that keeps up at half its capacity is busy about half the time; a saturated one
-#: 85-95%.
+#: worker that keeps up at half its capacity is busy about half the time; a saturated one all
+#: but its polls' waits (``runtime.worker.busy``).
 SATURATED = 0.7
 
 
@@ -98,6 +107,8 @@ class Loop:
         #: where the error would have come from without that poll.
         self.deferred_poll_error: BaseException | None = None
         self._foreign_warned = -1e9
+        #: The worker's CPU since its last periodic commit ended: is it saturated?
+        self.busy = BusyMeter(clock)
 
     async def run(self) -> None:
         conf = self.conf
@@ -165,6 +176,7 @@ class Loop:
                 if await self.batch.quiescent():
                     self.flow.draining = False
                     await committer.commit(self.meanwhile())
+                    self.busy.mark(self.batch.records_processed)
                 else:
                     self.flow.draining = True
             self.flow.release()
@@ -177,26 +189,30 @@ class Loop:
 
     def meanwhile(self) -> Meanwhile | None:
         """What this commit does while in flight (runtime.commit): under exactly-once, process
-        on if the worker is saturated.
+        on if the worker is saturated, in slices sized to take about
+        ``MEANWHILE_SLICE_SECONDS`` each.
 
-        Saturated: processing took most of the time since the last commit began, so records
-        are waiting and every millisecond of the commit's waits is throughput lost. A worker
-        with time to spare gains nothing (it processes those records after the commit anyway)
-        and the slices would only delay the commit's answers, and with them every output's
-        visibility: commits took 1-6 ms longer at half capacity (BENCHMARKS.md).
+        Saturated: on the CPU most of the time since the last commit ended
+        (``runtime.worker.busy``), so records are waiting and every millisecond of the commit's
+        waits is throughput lost. A worker with time to spare gains nothing (it processes those
+        records after the commit anyway) and the slices would only delay the commit's answers,
+        and with them every output's visibility: commits took 1-6 ms longer at half capacity
+        (BENCHMARKS.md).
         """
         conf = self.conf
         if not conf.process_during_commit or conf.processing_guarantee != EXACTLY_ONCE_V2:
             return None
-        cost = self.pacer.seconds_per_record
-        committer = self.committer
-        elapsed = self.clock.monotonic() - committer.last_commit
-        if cost is None or committer.records_since_commit * cost < SATURATED * elapsed:
+        share, cost = self.busy.read(self.batch.records_processed)
+        if share < SATURATED or cost is None:
             return None
-        return self._process_while_committing
+        size = max(MEANWHILE_SLICE, min(MEANWHILE_SLICE_MAX, int(MEANWHILE_SLICE_SECONDS / cost)))
+        return partial(self._process_while_committing, size=size)
 
-    async def _process_while_committing(self, committing: asyncio.Future[None]) -> None:
-        """Process records already fetched, in slices, until the commit in flight is done.
+    async def _process_while_committing(
+        self, committing: asyncio.Future[None], size: int = MEANWHILE_SLICE
+    ) -> None:
+        """Process records already fetched, in slices of ``size``, until the commit in flight is
+        done.
 
         It stops early when the fetched records run out (a slice comes back short), when a
         stop is requested, when the group starts to rebalance (a poll would wait for the new
@@ -213,7 +229,7 @@ class Loop:
             if not consumer.fetch_ready():
                 return  # a rebalance is under way: its callbacks need the lock held here
             try:
-                fetched = await consumer.getmany(timeout_ms=0, max_records=MEANWHILE_SLICE)
+                fetched = await consumer.getmany(timeout_ms=0, max_records=size)
             except Exception as exc:
                 self.deferred_poll_error = exc
                 return
@@ -222,7 +238,7 @@ class Loop:
             before = batch.records_processed
             await batch.process(fetched, paced=False)
             batch.processed_during_commit += batch.records_processed - before
-            if sum(map(len, fetched.values())) < MEANWHILE_SLICE:
+            if sum(map(len, fetched.values())) < size:
                 return  # what was fetched is done
             # Let the commit's answers in. A slice suspends only where something waits: an
             # agent's task, a send. A topology without agents (joins, tables built from
