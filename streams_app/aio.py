@@ -37,7 +37,7 @@ class Flag:
 
     ``asyncio.Event.wait`` asks for the running loop at every wait, and on CPython 3.11 that
     is a ``getpid`` system call each (to notice a fork); with ``asyncio.timeout`` around it,
-    two more. In a saturated worker, whose agents wait and wake once a slice of 32 records
+    two more. In a saturated worker, whose agents wait and wake once a slice of records
     while a commit is in flight, those calls were 2% of its CPU (BENCHMARKS.md, "The fetch
     unpacked a batch at a time"). This flag asks once, at its first wait, and keeps the loop,
     as ``asyncio.Event`` itself binds to the loop of its first wait and refuses any other.

@@ -35,15 +35,15 @@ Exactly-once v2 commit, for all tasks of the worker in **one** Kafka transaction
    a decision must survive every abort until the transaction that carries it out commits.
 
 **Processing while the commit is in flight** (exactly-once, the periodic commits of a saturated
-worker: ``process_during_commit``, ``Worker._meanwhile``). Steps 2-4 are three round trips in
+worker: ``process_during_commit``, ``Loop.meanwhile``). Steps 2-4 are three round trips in
 which the worker would sit idle (about 10 of a commit's ~17 ms on an idle machine); a worker
 with time to spare gains nothing from using them and commits as above. After step 1 the
 commit *seals* what it carries: the offsets, stream times and table writes as they are now
 (each table's :class:`~streams_app.state.base.PartitionTransaction` keeps its sealed writes
 apart from later ones), and the producer holds every later send back
 (:meth:`StreamsProducer.hold`). Steps 2-4 then run as a task while the worker processes the
-records it has already fetched, in small slices so that each of the commit's answers waits at
-most one slice for the event loop. Then:
+records it has already fetched, in small slices (about half a millisecond each) so that each
+of the commit's answers waits at most one slice for the event loop. Then:
 
 - **the commit succeeded:** step 5 applies the sealed writes only, the tasks' committed
   offsets become the sealed ones, and the held sends go into the next transaction

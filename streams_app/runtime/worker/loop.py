@@ -49,9 +49,10 @@ MEANWHILE_SLICE = 32
 #: The most records per slice: with cheap records the slice is sized by time instead.
 MEANWHILE_SLICE_MAX = 256
 #: CPU time a slice is sized to take: a slice's fixed costs (a poll, a batch, a loop turn)
-#: weigh on a record of a few µs, and a stream-table join's 32-record slices cost more CPU per
-#: record than its other batches (BENCHMARKS.md, "Sized by time"); half a millisecond per
-#: answer of the commit is a few percent of its round trips.
+#: weigh on a record of a few µs, and 32-record slices cost a stream-table join more CPU per
+#: record than its other batches; at about 100 (this budget) it kept its core busy at less CPU
+#: per record, 1.1-1.5 times as fast, its commits twice as long (BENCHMARKS.md, "Busy by CPU
+#: time, slices sized by time").
 MEANWHILE_SLICE_SECONDS = 0.0005
 #: On the CPU more than this share of the time since the last commit ended: the worker is
 #: saturated, and processes on while its commit is in flight (:meth:`Loop.meanwhile`). A
