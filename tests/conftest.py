@@ -10,9 +10,10 @@ plain run (``make test``), run as well (``also``), or alone (``only``: ``make te
 are deselected, not skipped: a left-out case is never reported as a pass or a skip.
 
 ``--lanes`` with ``-n 2`` (``make test``; pytest-xdist): two lanes (tests/lanes.py). One worker
-runs every case in collection order, as a plain ``pytest`` run does; the other runs, beside it,
-the few cases that spend minutes waiting on purpose. A plain ``pytest`` (no ``-n``) runs
-everything in one process."""
+runs most cases in collection order, as a plain ``pytest`` run does; the other runs, beside it,
+the few cases that spend minutes waiting on purpose and the suites with a server of their own
+(the 3-node cluster's, Spark's, PostgreSQL's). A plain ``pytest`` (no ``-n``) runs everything in
+one process."""
 
 from __future__ import annotations
 
@@ -46,8 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--lanes",
         action="store_true",
-        help="with -n 2 (make test): the cases that mostly wait run beside the rest "
-        "(tests/lanes.py)",
+        help="with -n 2 (make test): the cases that mostly wait, and the suites with a server "
+        "of their own, run beside the rest (tests/lanes.py)",
     )
 
 
