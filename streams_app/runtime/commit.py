@@ -42,8 +42,9 @@ commit *seals* what it carries: the offsets, stream times and table writes as th
 (each table's :class:`~streams_app.state.base.PartitionTransaction` keeps its sealed writes
 apart from later ones), and the producer holds every later send back
 (:meth:`StreamsProducer.hold`). Steps 2-4 then run as a task while the worker processes the
-records it has already fetched, in small slices (about half a millisecond each) so that each
-of the commit's answers waits at most one slice for the event loop. Then:
+records it has already fetched, in small slices (about half a millisecond each, three turns of
+the event loop after each) so that each of the commit's answers waits at most one slice for the
+event loop. Then:
 
 - **the commit succeeded:** step 5 applies the sealed writes only, the tasks' committed
   offsets become the sealed ones, and the held sends go into the next transaction

@@ -51,7 +51,7 @@ MEANWHILE_SLICE_MAX = 256
 #: CPU time a slice is sized to take: a slice's fixed costs (a poll, a batch, a loop turn)
 #: weigh on a record of a few µs, and 32-record slices cost a stream-table join more CPU per
 #: record than its other batches; at about 100 (this budget) it kept its core busy at less CPU
-#: per record, 1.1-1.5 times as fast, its commits twice as long (BENCHMARKS.md, "Busy by CPU
+#: per record, 1.1-1.5 times as fast, its commits longer (BENCHMARKS.md, "Busy by CPU
 #: time, slices sized by time").
 MEANWHILE_SLICE_SECONDS = 0.0005
 #: On the CPU more than this share of the time since the last commit ended: the worker is
@@ -59,6 +59,12 @@ MEANWHILE_SLICE_SECONDS = 0.0005
 #: worker that keeps up at half its capacity is busy about half the time; a saturated one all
 #: but its polls' waits (``runtime.worker.busy``).
 SATURATED = 0.7
+#: Turns of the event loop after each slice processed during a commit. A commit's step is a
+#: chain of awaits (a response read, the future it resolves, the coroutine that waited on it,
+#: the next request), each of them a turn; with one turn a slice, each answer waited for up to
+#: a slice per link. Three brought a saturated stream-table join's commit p50 from 39-41 ms to
+#: 22-26 (BENCHMARKS.md, "Three turns of the event loop between slices").
+MEANWHILE_TURNS = 3
 
 
 class Loop:
@@ -247,7 +253,8 @@ class Loop:
             # already here does not wait either; without this the commit in flight got the
             # event loop only once everything fetched was processed, in slices, and the fetches
             # behind it waited too (BENCHMARKS.md, "A commit that waited for the whole fetch").
-            await asyncio.sleep(0)
+            for _ in range(MEANWHILE_TURNS):
+                await asyncio.sleep(0)
 
     async def _restore_unless_stopped(self) -> None:
         """Restore, but a stop request ends the restore (it resumes from its checkpoint at the
