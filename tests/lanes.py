@@ -23,7 +23,8 @@ from __future__ import annotations
 from xdist.scheduler import LoadScopeScheduling
 
 #: Node-id prefixes of the side lane's cases. tests/unit/test_lanes.py checks that every case
-#: marked ``network`` (the networked cluster's) or using the 3-node cluster is here.
+#: marked ``network`` (the networked cluster's) or using the 3-node cluster, Spark or
+#: PostgreSQL is here.
 SIDE_LANE = (
     "tests/chaos/",
     "tests/foundation/test_cluster_faults.py::",

@@ -47,7 +47,7 @@ def collected() -> list[tuple[str, set[str], set[str]]]:
     return [(nodeid, set(marks), set(fixtures)) for nodeid, marks, fixtures in cases]
 
 
-def test_the_networked_cases_and_the_own_servers_are_in_the_side_lane_and_nothing_loose() -> None:
+def test_the_networked_cases_and_the_own_servers_are_in_the_side_lane_the_rest_main() -> None:
     cases = collected()
     assert len(cases) > 1000, "the whole suite was not collected"
     networked = [n for n, marks, _ in cases if "network" in marks]

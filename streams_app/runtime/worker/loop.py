@@ -62,8 +62,9 @@ SATURATED = 0.7
 #: Turns of the event loop after each slice processed during a commit. A commit's step is a
 #: chain of awaits (a response read, the future it resolves, the coroutine that waited on it,
 #: the next request), each of them a turn; with one turn a slice, each answer waited for up to
-#: a slice per link. Three brought a saturated stream-table join's commit p50 from 39-41 ms to
-#: 22-26 (BENCHMARKS.md, "Three turns of the event loop between slices").
+#: a slice per link. Three brought a saturated stream-table join's commit p50 from 38-46 ms to
+#: 22-30, the stream-stream join's from 60-62 to 42-46, at no cost to their rates (BENCHMARKS.md,
+#: "Three turns of the event loop between slices").
 MEANWHILE_TURNS = 3
 
 
