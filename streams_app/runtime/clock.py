@@ -26,9 +26,9 @@ class Clock(Protocol):
         """Wall-clock seconds since the epoch (record timestamps)."""
         ...
 
-    def cpu_time(self) -> float:
-        """CPU seconds the event loop's thread has run (how busy the worker is:
-        ``runtime.worker.busy``)."""
+    def busy_time(self) -> float:
+        """Seconds the calling thread (the event loop's) has been busy: on a CPU or waiting
+        for one (how busy the worker is: ``runtime.worker.busy``)."""
         ...
 
     async def sleep(self, seconds: float) -> None: ...
@@ -38,6 +38,11 @@ class Clock(Protocol):
         ...
 
 
+#: The calling thread's scheduler statistics (Linux): nanoseconds on a CPU, nanoseconds
+#: runnable but waiting for one, time slices.
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
 class SystemClock:
     def monotonic(self) -> float:
         return time.monotonic()
@@ -45,8 +50,18 @@ class SystemClock:
     def time(self) -> float:
         return time.time()
 
-    def cpu_time(self) -> float:
-        return time.thread_time()
+    def busy_time(self) -> float:
+        """The thread's time on a CPU plus its time waiting for one, from Linux's schedstat;
+        its CPU time alone where that is not readable. CPU time alone reads a saturated
+        worker on a host with more runnable threads than CPUs as partly idle: it never
+        waits for input, but is on a CPU only for its share, which can be under the 70 %
+        that ``Loop.meanwhile`` calls saturated. About 20 µs a call, twice per commit."""
+        try:
+            with open(_SCHEDSTAT, "rb") as stats:
+                running, waiting, _ = stats.read().split()
+            return (int(running) + int(waiting)) / 1e9
+        except (OSError, ValueError):
+            return time.thread_time()
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

@@ -99,7 +99,7 @@ class ManualClock:
     def time(self) -> float:
         return (self._epoch_us + self._now_us) / _US
 
-    def cpu_time(self) -> float:
+    def busy_time(self) -> float:
         """The harness's worker takes no time: it is never busy, so never saturated (it does
         not process while a commit is in flight: ``runtime.worker.busy``)."""
         return 0.0
@@ -223,8 +223,8 @@ class OwnedClock:
     def time(self) -> float:
         return self.clock.time()
 
-    def cpu_time(self) -> float:
-        return self.clock.cpu_time()
+    def busy_time(self) -> float:
+        return self.clock.busy_time()
 
     async def sleep(self, seconds: float) -> None:
         await self.clock.park(self.owner, timeout=seconds, reason="sleep")

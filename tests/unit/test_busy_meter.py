@@ -1,18 +1,24 @@
 """Whether a worker processes while its commit is in flight, and in what slices
-(``runtime.worker.busy``, ``Loop.meanwhile``): judged by the worker's CPU time since its last
-commit ended, with slices sized by the CPU time per record.
+(``runtime.worker.busy``, ``Loop.meanwhile``): judged by the worker's busy time (on a CPU or
+waiting for one) since its last commit ended, with slices sized by the busy time per record.
 
-Unit tests of our own logic with a stand-in clock; the real-broker side is
+Unit tests of our own logic with a stand-in clock, and of the system clock's busy time on a
+shared CPU; the real-broker side is
 tests/runtime/test_process_during_commit.py."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from functools import partial
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
+from streams_app.runtime.clock import SystemClock
 from streams_app.runtime.worker.busy import BusyMeter
 from streams_app.runtime.worker.loop import (
     MEANWHILE_SLICE,
@@ -32,7 +38,7 @@ class _Clock:
     def monotonic(self) -> float:
         return self.now
 
-    def cpu_time(self) -> float:
+    def busy_time(self) -> float:
         return self.cpu
 
     def spend(self, wall: float, cpu: float) -> None:
@@ -128,3 +134,31 @@ def test_only_exactly_once_with_the_setting_on(guarantee: str, during_commit: bo
     clock = _Clock()
     loop = _loop(clock, guarantee, during_commit)
     assert _after(loop, clock, records=1_000, wall=0.1, cpu=0.1) is None
+
+
+def test_a_thread_that_shares_its_cpu_is_busy_all_the_time_though_on_it_half() -> None:
+    """The system clock's busy time counts the time a thread waits for a CPU: this thread and a
+    spinning process pinned to one CPU each get about half of it, and this thread, which never
+    sleeps, is busy all the time (its CPU time alone says half)."""
+    clock = SystemClock()
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    hog = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nprint(flush=True)\nwhile True: pass"],
+        stdout=subprocess.PIPE,
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+    )
+    try:
+        assert hog.stdout is not None and hog.stdout.readline() == b"\n"  # it spins now
+        os.sched_setaffinity(0, {cpu})
+        wall, busy, on_cpu = time.monotonic(), clock.busy_time(), time.thread_time()
+        while time.monotonic() - wall < 0.5:
+            pass
+        wall = time.monotonic() - wall
+        busy, on_cpu = clock.busy_time() - busy, time.thread_time() - on_cpu
+    finally:
+        os.sched_setaffinity(0, before)
+        hog.kill()
+        hog.wait()
+    assert on_cpu < 0.8 * wall, "the spinning process did not share the CPU"
+    assert busy > 0.9 * wall

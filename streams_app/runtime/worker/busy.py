@@ -1,4 +1,4 @@
-"""How busy the worker has been between commits, from its own CPU time.
+"""How busy the worker has been between commits, from its event loop thread's busy time.
 
 The loop asks it at every periodic commit under exactly-once (``Loop.meanwhile``): a worker that
 spent most of the time since its last commit ended on the CPU is saturated (records are
@@ -11,6 +11,13 @@ the loop's own turns, which for a cheap topology (a stream-table join at 5 µs a
 large part of its cost. Judged by it, a join whose core was 0.83-0.92 busy seemed to have time
 to spare, and processed 2-4% of its records during commits (BENCHMARKS.md, "Join buffers as
 bytes").
+
+Busy time is the thread's time on a CPU plus its time waiting for one (``Clock.busy_time``,
+Linux's schedstat): on a host with more runnable threads than CPUs, a saturated worker is on a
+CPU only for its share of the time, and its CPU time alone read it as partly idle (a worker of
+``tests/runtime/test_process_during_commit.py`` on a loaded 2-CPU host never counted as
+saturated). Its CPU time per record includes the waits then too, which is what a slice's
+length in wall time (``MEANWHILE_SLICE_SECONDS``) should be sized by.
 
 Why from the end of the last commit and not its start: the commit's own waits are idle time
 whatever the load, and counting them would put a saturated worker whose commits are slow below
@@ -31,14 +38,14 @@ class BusyMeter:
     def __init__(self, clock: Clock, records: int = 0) -> None:
         self._clock = clock
         self._since = clock.monotonic()
-        self._cpu = clock.cpu_time()
+        self._cpu = clock.busy_time()
         self._records = records
 
     def mark(self, records: int) -> None:
         """Start measuring again; ``records``: the worker's count of records processed so far."""
         clock = self._clock
         self._since = clock.monotonic()
-        self._cpu = clock.cpu_time()
+        self._cpu = clock.busy_time()
         self._records = records
 
     def read(self, records: int) -> tuple[float, float | None]:
@@ -48,7 +55,7 @@ class BusyMeter:
         time has passed (a clock that does not move, as the test harness's)."""
         clock = self._clock
         elapsed = clock.monotonic() - self._since
-        cpu = clock.cpu_time() - self._cpu
+        cpu = clock.busy_time() - self._cpu
         processed = records - self._records
         share = cpu / elapsed if elapsed > 0 else 0.0
         return share, (cpu / processed if processed > 0 and cpu > 0 else None)
