@@ -48,16 +48,16 @@ log = logging.getLogger(__name__)
 MEANWHILE_SLICE = 32
 #: The most records per slice: with cheap records the slice is sized by time instead.
 MEANWHILE_SLICE_MAX = 256
-#: CPU time a slice is sized to take: a slice's fixed costs (a poll, a batch, a loop turn)
-#: weigh on a record of a few µs, and 32-record slices cost a stream-table join more CPU per
-#: record than its other batches; at about 100 (this budget) it kept its core busy at less CPU
-#: per record, 1.1-1.5 times as fast, its commits longer (BENCHMARKS.md, "Busy by CPU
-#: time, slices sized by time").
+#: Busy time (on a CPU or waiting for one: ``runtime.worker.busy``) a slice is sized to take:
+#: a slice's fixed costs (a poll, a batch, a loop turn) weigh on a record of a few µs, and
+#: 32-record slices cost a stream-table join more CPU per record than its other batches; at
+#: about 100 (this budget) it kept its core busy at less CPU per record, 1.1-1.5 times as
+#: fast, its commits longer (BENCHMARKS.md, "Busy by CPU time, slices sized by time").
 MEANWHILE_SLICE_SECONDS = 0.0005
-#: On the CPU more than this share of the time since the last commit ended: the worker is
-#: saturated, and processes on while its commit is in flight (:meth:`Loop.meanwhile`). A
-#: worker that keeps up at half its capacity is busy about half the time; a saturated one all
-#: but its polls' waits (``runtime.worker.busy``).
+#: Busy (on a CPU or waiting for one) more than this share of the time since the last commit
+#: ended: the worker is saturated, and processes on while its commit is in flight
+#: (:meth:`Loop.meanwhile`). A worker that keeps up at half its capacity is busy about half
+#: the time; a saturated one all but its polls' waits (``runtime.worker.busy``).
 SATURATED = 0.7
 #: Turns of the event loop after each slice processed during a commit. A commit's step is a
 #: chain of awaits (a response read, the future it resolves, the coroutine that waited on it,
