@@ -67,9 +67,9 @@ class PartitionGroup:
         records: Sequence[RecordLike],
         timestamp: Callable[[RecordLike], int],
     ) -> None:
-        queue = self.queues[tp]
-        for record in records:
-            queue.append((timestamp(record), record))
+        # In C, with the common ``timestamp`` (an attrgetter: ``batch.py``): a join's inputs
+        # all come through here, a Python loop's turn a record is worth saving.
+        self.queues[tp].extend(zip(map(timestamp, records), records, strict=True))
         self.buffered += len(records)
 
     def ready(self, now: float) -> bool:
@@ -106,9 +106,14 @@ class PartitionGroup:
         _, tp = heads[0]
         bound = heads[1] if len(heads) > 1 else None
         queue = self.queues[tp]
-        run: list[RecordLike] = []
-        while queue and (bound is None or (queue[0][0], tp) < bound):
-            run.append(queue.popleft()[1])
+        run: list[RecordLike]
+        if bound is None:  # the only partition with records (a join's, mostly): all of them
+            run = [record for _, record in queue]
+            queue.clear()
+        else:
+            run = []
+            while queue and (queue[0][0], tp) < bound:
+                run.append(queue.popleft()[1])
         self.buffered -= len(run)
         return tp, run
 

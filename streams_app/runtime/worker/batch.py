@@ -16,7 +16,8 @@ and teaches the poll pacer each batch's cost per record.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 from streams_app.runtime.actor import AgentRunner
@@ -41,8 +42,9 @@ from streams_app.transport.base import ConsumerClient, RecordLike, TopicPartitio
 Batch = Mapping[TopicPartition, Sequence[RecordLike]]
 
 
-def _kafka_timestamp(record: RecordLike) -> int:
-    return record.timestamp
+#: A record's Kafka timestamp, the order of co-partitioned inputs without a ``timestamp_fn``
+#: (C: ``PartitionGroup.add`` maps it over every record fetched).
+_kafka_timestamp: Callable[[RecordLike], int] = attrgetter("timestamp")
 
 
 class BatchProcessor:
