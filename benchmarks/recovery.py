@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.check import check_output, end_offsets, summarise_input
+from streams_app.lineage import parse_lineage
 
 REPO = Path(__file__).resolve().parent.parent
 APP = "benchmarks.recovery_app"
@@ -269,9 +270,8 @@ class OutputWatch:
                     if bound is None or tp.partition in self.first:
                         continue
                     for record in records:
-                        headers = dict(record.headers)
-                        src = headers.get("src_offset")
-                        if src is not None and int(src) >= bound:
+                        src = parse_lineage(record.headers)
+                        if src is not None and src[2] >= bound:
                             self.first[tp.partition] = now
                             break
         finally:

@@ -29,6 +29,7 @@ from aiokafka.partitioner import murmur2
 
 from streams_app.aio import within
 from streams_app.kafka.ops_admin import OpsAdmin, OpsAdminError
+from streams_app.lineage import parse_lineage
 from streams_app.state.composite import STREAM_TIME
 from streams_app.state.versioned import VersionedRecord, key_versions, latest_value
 
@@ -46,6 +47,12 @@ class ReadRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...]
+
+    @property
+    def lineage(self) -> tuple[str | None, int, int] | None:
+        """``(topic, partition, offset)`` of the input record this one was produced from, read
+        from its lineage header(s) in either format (:mod:`streams_app.lineage`)."""
+        return parse_lineage(self.headers)
 
     def header(self, name: str) -> bytes | None:
         for key, value in self.headers:

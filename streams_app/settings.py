@@ -33,6 +33,7 @@ AT_LEAST_ONCE = "at_least_once"
 AT_MOST_ONCE = "at_most_once"
 GUARANTEES = (EXACTLY_ONCE_V2, AT_LEAST_ONCE, AT_MOST_ONCE)
 ERROR_POLICIES = ("retry", "stop", "dlq")
+LINEAGE_FORMATS = ("compact", "split")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: The SASL mechanisms a worker can use from settings alone (GSSAPI needs a Kerberos set-up
 #: and OAUTHBEARER a token provider object, neither of which a setting can carry).
@@ -118,8 +119,12 @@ class Settings:
     max_retries: int | None = 3
     #: Dead-letter topic name; ``{topic}`` is replaced by the source topic.
     dead_letter_topic: str = "{topic}.dlq"
-    #: Add src_topic / src_partition / src_offset headers to every record sent while processing.
+    #: Name the input record on every record sent while processing (streams_app/lineage.py).
     lineage_headers: bool = True
+    #: How: ``compact``, one ``src`` header ``<topic>:<partition>:<offset>``; ``split``, the
+    #: three headers ``src_topic`` / ``src_partition`` / ``src_offset`` workers wrote before
+    #: (for downstream consumers that read them; about 35 bytes more a record).
+    lineage_format: str = "compact"
     #: Add txn_id / generation headers (the worker's transactional id, and the consumer-group
     #: generation its offsets commit under) to every record sent while processing, so an audit
     #: (the chaos verifier) can prove no fenced zombie got anything committed. Off by default.
@@ -457,6 +462,7 @@ class Settings:
                 "transactional ids and internal topics)",
             )
         _choice(self, "processing_guarantee", GUARANTEES)
+        _choice(self, "lineage_format", LINEAGE_FORMATS)
         _string(self, "broker")
         if not self.bootstrap_servers:
             raise ConfigError("broker", "is empty", "set broker='kafka://host:9092'")

@@ -10,8 +10,8 @@
 - ``maximum`` re-keys each record by its *bucket* (``value % 1000``) through a ``group_by``
   repartition topic and emits the running ``max`` per bucket.
 
-Every record sent while processing carries the lineage headers ``src_topic``, ``src_partition``
-and ``src_offset`` (so every output is traceable to the input it came from) and, with
+Every record sent while processing carries the lineage header ``src`` (``topic:partition:offset``,
+so every output is traceable to the input it came from) and, with
 ``STREAMS_APP_TRANSACTION_HEADERS=1``, ``txn_id`` and ``generation`` (who committed it, under
 which group generation). ``streams_app.chaos`` drives this topology and verifies its output.
 

@@ -6,7 +6,8 @@ The same topics, keys, values and aggregates as :mod:`topologies.eos_test` (echo
 min and count per key; max per ``value % 1000`` bucket after a ``group_by`` repartition hop),
 with faust-streaming's own exactly-once mode (``processing_guarantee="exactly_once"``: its
 aiokafka driver, one transactional producer per partition) and its rocksdict store. Outputs carry
-the same lineage headers (``src_topic``, ``src_partition``, ``src_offset``) and the consumer
+lineage, in the split format (``src_topic``, ``src_partition``, ``src_offset``: the verifier
+reads both, streams_app.lineage), and the consumer
 generation (``generation``) the record was processed under, added by this module, since Faust
 adds none of its own.
 

@@ -59,6 +59,7 @@ from streams_app.chaos import invariants as inv
 from streams_app.chaos.generator import Acked
 from streams_app.chaos.reader import partitions_of, scan
 from streams_app.chaos.systems import StoreSnapshot, System
+from streams_app.lineage import parse_lineage
 from streams_app.readback import last_stable_equals_high_watermark
 
 log = logging.getLogger(__name__)
@@ -103,14 +104,6 @@ class Verification:
 
 def _headers(record: Any) -> dict[str, bytes]:
     return {k: v for k, v in record.headers}
-
-
-def _source(h: Mapping[str, bytes]) -> tuple[int, int] | None:
-    """The (source partition, source offset) the lineage headers name, if they are there."""
-    try:
-        return int(h["src_partition"]), int(h["src_offset"])
-    except (KeyError, ValueError):
-        return None
 
 
 class _Lineage:
@@ -352,13 +345,13 @@ class Verifier:
             lin.records += 1
             h = _headers(record)
             where = f"{name}[{record.partition}]@{record.offset}"
-            source = _source(h)
+            source = parse_lineage(record.headers)
             if source is None:
                 problems.append(f"{where} has no lineage headers")
                 return
-            sp, so = source
-            if h.get("src_topic", data_topic.encode()) != data_topic.encode() or sp not in keys:
-                problems.append(f"{where} comes from {h.get('src_topic')!r}[{sp}]")
+            st, sp, so = source
+            if (st or data_topic) != data_topic or sp not in keys:
+                problems.append(f"{where} comes from {st!r}[{sp}]")
                 return
             ks = keys[sp]
             if so >= len(ks) or ks[so] < 0:
@@ -495,20 +488,15 @@ class Verifier:
             lin.records += 1
             h = _headers(record)
             where = f"max[{record.partition}]@{record.offset}"
-            source = _source(h)
+            source = parse_lineage(record.headers)
             if source is None:
                 problems.append(f"{where} has no lineage headers")
                 return
-            rp, ro = source
+            rt, rp, ro = source
             offsets = self.rep_offsets.get(rp)
             i = bisect.bisect_left(offsets, ro) if offsets is not None else -1
-            if (
-                h.get("src_topic") != rep.encode()
-                or offsets is None
-                or i >= len(offsets)
-                or offsets[i] != ro
-            ):
-                problems.append(f"{where} claims {h.get('src_topic')!r}[{rp}]@{ro}")
+            if rt != rep or offsets is None or i >= len(offsets) or offsets[i] != ro:
+                problems.append(f"{where} claims {rt!r}[{rp}]@{ro}")
                 return
             seen = lin.seen[rp]
             if seen[i]:

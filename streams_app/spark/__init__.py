@@ -10,7 +10,7 @@ pyspark-free :mod:`streams_app.spark.lineage` stays importable without the ``spa
 - :mod:`~streams_app.spark.sinks`: exactly-once file and PostgreSQL sinks;
 - :mod:`~streams_app.spark.pipeline`: the orders topology's pipeline;
 - :mod:`~streams_app.spark.audit`: duplicates, gaps and aborted records per partition;
-- :mod:`~streams_app.spark.lineage`: the ``src_partition`` / ``src_offset`` headers;
+- :mod:`~streams_app.spark.lineage`: moved to :mod:`streams_app.lineage` (the old names stay);
 - :mod:`~streams_app.spark.postgres_server`: moved to :mod:`streams_app.postgres.server`;
 - ``submit.py``: the entry script for ``spark-submit`` (see docs/pipeline.md).
 """

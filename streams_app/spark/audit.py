@@ -1,8 +1,9 @@
 """The audit job: did every input record reach the output exactly once?
 
-A batch PySpark job over two topics and the lineage headers that tie them
-(:mod:`streams_app.spark.lineage`: each output record names the input partition and offset it
-was produced from). It reads the input topic and the output topic twice each, ``read_committed``
+A batch PySpark job over two topics and the lineage header that ties them
+(:mod:`streams_app.lineage`: each output record names the input record it was produced from,
+``src: <topic>:<partition>:<offset>``; outputs of workers that wrote the three split headers
+are read alike). It reads the input topic and the output topic twice each, ``read_committed``
 and ``read_uncommitted``, and reports per input partition:
 
 ``input_records``
@@ -29,8 +30,8 @@ and ``read_uncommitted``, and reports per input partition:
 What the topics cannot show: whether a committed transaction was visible only partially to
 some reader at some moment (read_committed readers see a transaction all at once by
 construction), or which aborted output records belonged to the same transaction (records carry
-no transaction id). Output records without lineage headers are counted in a row whose
-``partition`` is null.
+no transaction id). Output records without lineage are counted in a row whose ``partition`` is
+null. The audit reads one input topic: it does not compare the topic a lineage names with it.
 
 Every step is a DataFrame join or aggregation, so the job scales with the Spark cluster; only the
 per-partition report (one row per input partition) reaches the driver.
@@ -43,7 +44,7 @@ from dataclasses import asdict, dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streams_app.spark.lineage import SRC_OFFSET_HEADER, SRC_PARTITION_HEADER
+from streams_app.lineage import SRC_HEADER, SRC_OFFSET_HEADER, SRC_PARTITION_HEADER
 from streams_app.spark.reader import IsolationLevel, header, read_batch
 
 _NO_LINEAGE = -1
@@ -95,18 +96,26 @@ class PartitionAudit:
         return asdict(self)
 
 
-def _lineage(frame: DataFrame, partition_header: str, offset_header: str) -> DataFrame:
+def _lineage(
+    frame: DataFrame, source_header: str, partition_header: str, offset_header: str
+) -> DataFrame:
+    # The compact header (``topic:partition:offset``, split from the right: the topic has no
+    # ``:``) where a record has it, else the split format's two headers.
+    parts = F.split(header(source_header), ":")
+    compact = F.size(parts) >= 3
+    partition = (
+        F.when(compact, F.element_at(parts, -2)).otherwise(header(partition_header)).try_cast("int")
+    )
+    offset = F.when(compact, F.element_at(parts, -1)).otherwise(header(offset_header))
+    offset = offset.try_cast("long")
+    readable = partition.isNotNull() & offset.isNotNull()
     return frame.select(
         F.col("partition").alias("out_partition"),
         F.col("offset").alias("out_offset"),
         # Outputs without (readable) lineage are grouped under partition -1 (None in the report):
         # a real value, so the full outer joins below keep them in one row.
-        F.coalesce(header(partition_header).try_cast("int"), F.lit(_NO_LINEAGE)).alias(
-            "src_partition"
-        ),
-        F.when(header(partition_header).try_cast("int").isNotNull(), header(offset_header))
-        .try_cast("long")
-        .alias("src_offset"),
+        F.when(readable, partition).otherwise(F.lit(_NO_LINEAGE)).alias("src_partition"),
+        F.when(readable, offset).alias("src_offset"),
     )
 
 
@@ -116,6 +125,7 @@ def audit_frame(
     input_topic: str,
     output_topic: str,
     *,
+    source_header: str = SRC_HEADER,
     partition_header: str = SRC_PARTITION_HEADER,
     offset_header: str = SRC_OFFSET_HEADER,
 ) -> DataFrame:
@@ -143,7 +153,8 @@ def audit_frame(
         .groupBy(*keys)
         .agg(F.max("committed").alias("committed"))
     )
-    outputs = _lineage(scan(output_topic, "read_committed"), partition_header, offset_header)
+    headers = (source_header, partition_header, offset_header)
+    outputs = _lineage(scan(output_topic, "read_committed"), *headers)
     copies = outputs.groupBy(*keys).agg(F.count(F.lit(1)).alias("copies"))
 
     # One row per input record and per source named by an output: committed is null for a
@@ -184,9 +195,9 @@ def audit_frame(
     aborted = (
         outputs.select("out_partition", "out_offset", "src_partition", F.lit(1).alias("c"))
         .unionByName(
-            _lineage(
-                scan(output_topic, "read_uncommitted"), partition_header, offset_header
-            ).select("out_partition", "out_offset", "src_partition", F.lit(0).alias("c"))
+            _lineage(scan(output_topic, "read_uncommitted"), *headers).select(
+                "out_partition", "out_offset", "src_partition", F.lit(0).alias("c")
+            )
         )
         .groupBy("out_partition", "out_offset")
         .agg(F.max("c").alias("c"), F.max("src_partition").alias("src_partition"))
@@ -225,6 +236,7 @@ def audit(
     input_topic: str,
     output_topic: str,
     *,
+    source_header: str = SRC_HEADER,
     partition_header: str = SRC_PARTITION_HEADER,
     offset_header: str = SRC_OFFSET_HEADER,
 ) -> list[PartitionAudit]:
@@ -234,6 +246,7 @@ def audit(
         bootstrap_servers,
         input_topic,
         output_topic,
+        source_header=source_header,
         partition_header=partition_header,
         offset_header=offset_header,
     )

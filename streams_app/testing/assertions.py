@@ -155,8 +155,8 @@ def assert_table(
 
 
 def assert_no_duplicates(records: Sequence[OutputRecord], *, topic: str | None = None) -> None:
-    """No input record produced this topic's records twice, judged by the lineage headers
-    (``src_topic``/``src_partition``/``src_offset``) the runtime adds to every output.
+    """No input record produced this topic's records twice, judged by the lineage header
+    (``src``, :mod:`streams_app.lineage`) the runtime adds to every output.
     Outputs without lineage (timers) are ignored; one input may produce several records, so
     this compares (input, key, value) triples."""
     name = _topic_of(records, topic)

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from streams_app.aio import cancel_and_wait
+from streams_app.lineage import parse_lineage
 from streams_app.runtime.task import RUNNING
 from streams_app.runtime.view import WorkerView
 from streams_app.runtime.worker import Worker
@@ -107,15 +108,12 @@ class OutputRecord:
 
     @property
     def lineage(self) -> tuple[str, int, int] | None:
-        """The (topic, partition, offset) of the input record that produced this one."""
-        topic, partition, offset = (
-            self.header("src_topic"),
-            self.header("src_partition"),
-            self.header("src_offset"),
-        )
-        if topic is None or partition is None or offset is None:
+        """The (topic, partition, offset) of the input record that produced this one (its
+        lineage header, in either format: :mod:`streams_app.lineage`)."""
+        source = parse_lineage(self.headers)
+        if source is None or source[0] is None:
             return None
-        return topic.decode(), int(partition), int(offset)
+        return source[0], source[1], source[2]
 
 
 @dataclass

@@ -19,6 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import OffsetAndMetadata
 
 from streams_app.chaos.systems import StoreSnapshot, StreamsAppSystem, WorkerSettings
+from streams_app.lineage import lineage_headers
 
 PARTITIONS = 2
 BUCKETS = 1000
@@ -67,9 +68,7 @@ def _lineage(
     topic: str, partition: int, offset: int, gen: int = 1, txn_id: bytes = b"worker-a"
 ) -> list[tuple[str, bytes]]:
     return [
-        ("src_topic", topic.encode()),
-        ("src_partition", b"%d" % partition),
-        ("src_offset", b"%d" % offset),
+        *lineage_headers(topic, partition, offset),
         ("txn_id", txn_id),
         ("generation", b"%d" % gen),
     ]

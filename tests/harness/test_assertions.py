@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from streams_app.lineage import lineage_headers
 from streams_app.testing import (
     OutputRecord,
     assert_exactly_once,
@@ -19,7 +20,7 @@ def rec(
 ) -> OutputRecord:
     headers: tuple[tuple[str, bytes], ...] = ()
     if src is not None:
-        headers = (("src_topic", b"in"), ("src_partition", b"0"), ("src_offset", b"%d" % src))
+        headers = tuple(lineage_headers("in", 0, src))
     return OutputRecord("out", partition, offset, 0, key, value, headers)
 
 

@@ -21,7 +21,6 @@ from streams_app.runtime.errors_policy import H_SOURCE_OFFSET
 from streams_app.runtime.joins.base import JoinProcessor
 from streams_app.runtime.joins.stream_stream import StreamStreamProcessor
 from streams_app.runtime.joins.stream_table import StreamTableJoin
-from streams_app.runtime.worker.collector import H_SRC_OFFSET
 from streams_app.testing import DriverFactory, Input
 from streams_app.topology.contract import Event
 
@@ -116,7 +115,7 @@ async def test_a_run_gives_each_result_once_in_order_with_its_records_lineage(
         assert [(r.key, r.value) for r in out] == expected()
         # Each result's lineage is its own order's offset (the null value's has none).
         offsets = [p.offset for p, i in zip(piped, orders(), strict=True) if i.value is not None]
-        assert [int(r.header(H_SRC_OFFSET) or b"-1") for r in out] == offsets
+        assert [r.lineage[2] if r.lineage else -1 for r in out] == offsets
         assert [r.timestamp for r in out] == [i.timestamp for i in orders() if i.value is not None]
         # The agent reading the join got the same results, in the same order.
         assert [(r.key, r.value) for r in await driver.read("seen")] == expected()
@@ -280,7 +279,7 @@ async def test_a_stream_stream_joiner_failing_mid_run_dead_letters_that_record_o
         assert [(r.key, r.value) for r in out] == [
             (i.key, f"{i.value}:p{int(str(i.key)[1:])}") for i, _ in kept
         ]
-        assert [int(r.header(H_SRC_OFFSET) or b"-1") for r in out] == [p.offset for _, p in kept]
+        assert [r.lineage[2] if r.lineage else -1 for r in out] == [p.offset for _, p in kept]
         assert [r.timestamp for r in out] == [i.timestamp for i, _ in kept]
         dead = await driver.read("orders.dlq")
         assert [d.header(H_SOURCE_OFFSET) for d in dead] == [

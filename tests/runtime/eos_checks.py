@@ -33,9 +33,9 @@ def _by_partition(records: Sequence[ReadRecord]) -> dict[int, list[ReadRecord]]:
 
 
 def _lineage(r: ReadRecord) -> tuple[int, int]:
-    src_p, src_o = r.header("src_partition"), r.header("src_offset")
-    assert src_p is not None and src_o is not None, "output without lineage headers"
-    return int(src_p), int(src_o)
+    lineage = r.lineage
+    assert lineage is not None, "output without lineage headers"
+    return lineage[1], lineage[2]
 
 
 async def check_keyed_sum(

@@ -53,7 +53,9 @@ async def test_group_by_repartitions_inside_the_transaction(
     data = await read_topics(bootstrap_servers, [repartition], isolation_level="read_committed")
     assert len(data[repartition]) == len(pages)
     # Every repartitioned record carries the lineage of the click that produced it.
-    assert all(r.header("src_topic") == f"clicks-{unique}".encode() for r in data[repartition])
+    assert all(
+        r.lineage is not None and r.lineage[0] == f"clicks-{unique}" for r in data[repartition]
+    )
     final: dict[str, int] = {}
     for r in out:
         page = r.key.decode()

@@ -33,7 +33,7 @@ from streams_app.runtime.errors_policy import (
     H_SOURCE_PARTITION,
     H_SOURCE_TOPIC,
 )
-from streams_app.runtime.worker import H_SRC_OFFSET, H_SRC_PARTITION, Worker
+from streams_app.runtime.worker import Worker
 from streams_app.transport.base import TopicSpec
 from tests.kafka.helpers import create_topics
 from tests.runtime.helpers import await_started, wait_until
@@ -168,8 +168,7 @@ async def lag_of(bootstrap: str, group: str, topic: str) -> dict[tuple[str, int]
 
 def lineage(records: list[ReadRecord]) -> Counter[tuple[int, int]]:
     return Counter(
-        (int(r.header(H_SRC_PARTITION) or b"-1"), int(r.header(H_SRC_OFFSET) or b"-1"))
-        for r in records
+        (r.lineage[1], r.lineage[2]) if r.lineage is not None else (-1, -1) for r in records
     )
 
 

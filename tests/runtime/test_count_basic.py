@@ -59,8 +59,9 @@ async def test_counts_each_record_once(bootstrap_servers: str, unique: str, tmp_
     for record in out:
         key, value = record.key.decode(), json.loads(record.value)
         per_key.setdefault(key, []).append(value)
-        assert record.header("src_topic") == source.encode(), record
-        origin = (int(record.header("src_partition")), int(record.header("src_offset")))
+        lineage = record.lineage
+        assert lineage is not None and lineage[0] == source, record
+        origin = lineage[1:]
         assert nth.get(origin) == (key, value), f"{key}={value} names input {origin}"
         sources.append(origin)
     assert sorted(sources) == sorted(nth), "each input record is the source of one output"

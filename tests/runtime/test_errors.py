@@ -307,4 +307,4 @@ async def test_an_output_the_broker_refuses_at_commit_stops_the_worker_naming_th
         await asyncio.wait_for(run, 60)
     assert worker.producer.transactions_aborted <= 2
     outputs = (await read_topics(bootstrap_servers, [echo]))[echo]
-    assert [r for r in outputs if r.header("src_offset") is not None] == []
+    assert [r for r in outputs if r.lineage is not None] == []

@@ -79,6 +79,7 @@ WRONG_VALUES: dict[str, list[Any]] = {
     "topic_partitions": [0, -1, "8", 1.0],
     "topic_replication_factor": [0, -1, 40000, "3"],
     "error_policy": ["ignore", "", None],
+    "lineage_format": ["binary", "", None],
     "retry_backoff": [-0.1, 0, NAN, "0.1", 20],
     "retry_backoff_max": [-1, 0, INF, 0.01],
     "max_retries": [-1, 2.5, "3", True],

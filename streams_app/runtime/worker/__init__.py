@@ -7,9 +7,6 @@ This package's door. Other packages make a worker through ``App.worker()`` (or i
 
 from streams_app.runtime.worker.collector import (
     H_GENERATION,
-    H_SRC_OFFSET,
-    H_SRC_PARTITION,
-    H_SRC_TOPIC,
     H_TXN_ID,
 )
 from streams_app.runtime.worker.loop import MEANWHILE_SLICE, SATURATED
@@ -19,9 +16,6 @@ from streams_app.runtime.worker.root import Worker
 __all__ = [
     "BUSY_INBOX",
     "H_GENERATION",
-    "H_SRC_OFFSET",
-    "H_SRC_PARTITION",
-    "H_SRC_TOPIC",
     "H_TXN_ID",
     "MEANWHILE_SLICE",
     "SATURATED",

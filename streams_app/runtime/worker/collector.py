@@ -10,8 +10,8 @@ the original bytes, and an RPC request's reply.
 The send path is the hot path: :meth:`RecordCollector.send_nowait` is what ``Topic.send`` calls
 for almost every record (an agent's send needs no coroutine when the open batch takes the
 record), and the worker's runtime hands it out as its own bound method, so nothing stands
-between ``Topic.send`` and the producer. Lineage headers are made once per source partition
-(:meth:`RecordCollector.headers`: 0.30 against 0.47 us a record, BENCHMARKS.md).
+between ``Topic.send`` and the producer. The lineage header (:mod:`streams_app.lineage`) is
+one tuple a record, its value the source partition's prefix, made once, and the offset.
 
 :class:`OutsideClients` makes the clients of what is sent outside any transaction on first use:
 the plain producer and the RPC client (``ask`` and replies to this process).
@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from streams_app.app.faust_settings import AppSettings
+from streams_app.lineage import SRC_HEADER, lineage_headers, source_prefix
 from streams_app.runtime import rpc
 from streams_app.runtime.plain_producer import PlainProducer
 from streams_app.runtime.producer import RunRow
@@ -38,9 +39,6 @@ from streams_app.topology.contract import (
 )
 from streams_app.transport.base import AdminClient, GroupMetadata, Transport
 
-H_SRC_TOPIC = "src_topic"
-H_SRC_PARTITION = "src_partition"
-H_SRC_OFFSET = "src_offset"
 H_TXN_ID = "txn_id"
 H_GENERATION = "generation"
 
@@ -137,11 +135,16 @@ class RecordCollector:
         self.clients = clients
         self._producer: TransactionalSends = _NotStarted()
         self._group: Callable[[], GroupMetadata | None] = lambda: None
-        #: (topic, partition) -> its src_topic and src_partition lineage headers, made once.
-        self._lineage: dict[tuple[str, int], tuple[tuple[str, bytes], tuple[str, bytes]]] = {}
-        #: The defaults: lineage headers only. A send without headers of its own then takes
-        #: the short path of :meth:`headers`.
-        self._lineage_only = conf.lineage_headers and not conf.transaction_headers
+        #: (topic, partition) -> the ``src`` header's prefix, ``b"topic:partition:"``, made
+        #: once (the split format's headers are made each time: not the default, not hot).
+        self._lineage: dict[tuple[str, int], bytes] = {}
+        #: The defaults: the compact lineage header only. A send without headers of its own
+        #: then takes the short path of :meth:`headers`.
+        self._lineage_only = (
+            conf.lineage_headers
+            and conf.lineage_format == "compact"
+            and not conf.transaction_headers
+        )
         #: send_soon's records until the next flush: (inside processing, topic, options).
         self._soon: list[tuple[bool, TopicLike, dict[str, Any]]] = []
 
@@ -175,10 +178,8 @@ class RecordCollector:
             if event is None or event.offset < 0:
                 out = None
             else:
-                src_topic, src_partition = self._lineage.get(
-                    (event.topic, event.partition)
-                ) or self._lineage_of(event)
-                out = [src_topic, src_partition, (H_SRC_OFFSET, b"%d" % event.offset)]
+                prefix = self._lineage.get((event.topic, event.partition)) or self._prefix(event)
+                out = [(SRC_HEADER, prefix + b"%d" % event.offset)]
         else:
             out = self.headers(headers)
         return self._producer.send_nowait(
@@ -206,7 +207,7 @@ class RecordCollector:
         return self._producer.send_run_nowait(topic, out)
 
     def _lineage_run(self, rows: Sequence[ResultRow]) -> list[RunRow] | None:
-        """:meth:`send_run_nowait`'s rows with their lineage headers when every row is of a
+        """:meth:`send_run_nowait`'s rows with their lineage header when every row is of a
         record of the first row's partition (a run's results are: the dispatcher hands over
         one partition's records at a time), in one comprehension; None otherwise (a row of
         no record, of another partition): each row then takes :meth:`headers_of`."""
@@ -214,9 +215,9 @@ class RecordCollector:
         if first is None or first.offset < 0:
             return None
         topic, partition = first.topic, first.partition
-        src_topic, src_partition = self._lineage.get((topic, partition)) or self._lineage_of(first)
+        prefix = self._lineage.get((topic, partition)) or self._prefix(first)
         out: list[RunRow] = [
-            (key, value, [src_topic, src_partition, (H_SRC_OFFSET, b"%d" % event.offset)], ms)
+            (key, value, [(SRC_HEADER, prefix + b"%d" % event.offset)], ms)
             for key, value, ms, event in rows
             if event is not None
             and event.partition == partition
@@ -329,30 +330,30 @@ class RecordCollector:
         if headers is None and self._lineage_only:  # the common case, on every send
             if event is None or event.offset < 0:
                 return None
-            src_topic, src_partition = self._lineage.get((event.topic, event.partition)) or (
-                self._lineage_of(event)
-            )
-            return [src_topic, src_partition, (H_SRC_OFFSET, b"%d" % event.offset)]
+            prefix = self._lineage.get((event.topic, event.partition)) or self._prefix(event)
+            return [(SRC_HEADER, prefix + b"%d" % event.offset)]
         conf = self.conf
         if headers is None and not conf.lineage_headers and not conf.transaction_headers:
             return None  # no list built and dropped
         out = header_list(headers)
         if conf.lineage_headers and event is not None and event.offset >= 0:
-            out += self._lineage.get((event.topic, event.partition)) or self._lineage_of(event)
-            out.append((H_SRC_OFFSET, b"%d" % event.offset))
+            if conf.lineage_format == "compact":
+                prefix = self._lineage.get((event.topic, event.partition)) or self._prefix(event)
+                out.append((SRC_HEADER, prefix + b"%d" % event.offset))
+            else:
+                out += lineage_headers(event.topic, event.partition, event.offset, split=True)
         if conf.transaction_headers:
             group = self._group()
             out.append((H_TXN_ID, (self._producer.transactional_id or "").encode()))
             out.append((H_GENERATION, b"%d" % (group.generation_id if group else -1)))
         return out or None
 
-    def _lineage_of(self, event: Event) -> tuple[tuple[str, bytes], tuple[str, bytes]]:
-        """The src_topic and src_partition headers of the event's partition, made once."""
-        source = self._lineage[(event.topic, event.partition)] = (
-            (H_SRC_TOPIC, event.topic.encode()),
-            (H_SRC_PARTITION, b"%d" % event.partition),
+    def _prefix(self, event: Event) -> bytes:
+        """The ``src`` header's prefix for the event's partition, made once."""
+        prefix = self._lineage[(event.topic, event.partition)] = source_prefix(
+            event.topic, event.partition
         )
-        return source
+        return prefix
 
     async def send_raw(
         self,
