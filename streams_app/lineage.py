@@ -9,7 +9,7 @@ Every record a worker sends while processing names its source record, so that th
 allows letters, digits, ``.``, ``_`` and ``-``), so the value splits unambiguously from the
 right.
 
-**Why one header.** Until 2026-12 the worker wrote three (``src_topic``, ``src_partition``,
+**Why one header.** Until 2026-11-30 the worker wrote three (``src_topic``, ``src_partition``,
 ``src_offset``): about 55 bytes on an output record of about 30, which every batch, produce
 request, socket write and broker append then carries. One header is about 20 bytes, and one
 tuple a record for the producer's batch builder instead of three (BENCHMARKS.md, "One lineage
