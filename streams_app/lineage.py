@@ -31,8 +31,6 @@ SRC_HEADER = "src"
 SRC_TOPIC_HEADER = "src_topic"
 SRC_PARTITION_HEADER = "src_partition"
 SRC_OFFSET_HEADER = "src_offset"
-#: Every header name either format uses.
-LINEAGE_HEADERS = frozenset({SRC_HEADER, SRC_TOPIC_HEADER, SRC_PARTITION_HEADER, SRC_OFFSET_HEADER})
 
 
 def source_prefix(topic: str, partition: int) -> bytes:

@@ -167,9 +167,8 @@ async def lag_of(bootstrap: str, group: str, topic: str) -> dict[tuple[str, int]
 
 
 def lineage(records: list[ReadRecord]) -> Counter[tuple[int, int]]:
-    return Counter(
-        (r.lineage[1], r.lineage[2]) if r.lineage is not None else (-1, -1) for r in records
-    )
+    sources = (r.lineage for r in records)
+    return Counter((s[1], s[2]) if s is not None else (-1, -1) for s in sources)
 
 
 def attempts_within(seconds: float) -> int:
