@@ -393,6 +393,10 @@ def plain_of(codec: Codec) -> tuple[type[Any], Callable[[Any], bytes]]:
     ``encode(v) if type(v) is plain else codec.dumps(v)``, a call fewer for plain values."""
     if type(codec) is StrCodec:  # not a subclass: its dumps (text is str.encode's answer)
         return str, str.encode
+    if getattr(codec, "bytes_as_is", False):
+        # A store codec whose pending entries are their stored bytes already (a join
+        # buffer's): ``bytes(b)`` is ``b`` itself, a C call instead of the codec's dumps.
+        return bytes, bytes
     plain = codec.plain() if type(codec) is TypedCodec else None  # not a subclass: its dumps
     return plain if plain is not None else (_NoValue, codec.dumps)
 

@@ -116,6 +116,9 @@ class JoinWindowKeyCodec:
     """``(key, timestamp, seq)`` <-> store and changelog key bytes (module doc)."""
 
     name = "join-window"
+    #: Its :meth:`dumps` returns bytes as they are (store keys: :meth:`entry`):
+    #: :func:`~streams_app.codecs.plain_of` lets a commit pass them on without the call.
+    bytes_as_is = True
 
     def __init__(self, key_codec: Codec, segment_ms: int) -> None:
         if segment_ms <= 0:
@@ -183,6 +186,9 @@ class BufferValueCodec(TaggedValueCodec):
     encoded again; a pending value read back (a fetch of a key written since the last commit)
     is decoded, as a committed one is.
     """
+
+    #: As :attr:`JoinWindowKeyCodec.bytes_as_is`: pending values are stored bytes.
+    bytes_as_is = True
 
     def stored(self, value: Any, raw: bytes | None) -> bytes:
         """What the store will hold for ``value``; ``raw``: its bytes in the inner codec, if
@@ -297,7 +303,8 @@ class JoinWindowTransaction:
         if timestamp <= observed - self.retention:
             return False
         entry = self._entry(key, timestamp, seq)
-        self.tx.set(entry, self._stored(value, raw))
+        # BufferValueCodec.stored, inlined for the usual case: the record's bytes are known.
+        self.tx.set(entry, _VALUE_TAG + raw if raw is not None else self._stored(value, None))
         self._pending.touch(entry)
         segment = timestamp // self.codec.segment_ms
         # Committed with the transaction, it will be in the store: the segment may hold it.
