@@ -1,11 +1,20 @@
-"""Micro-benchmark: ``PartitionTransaction.commit`` throughput with 1,000-key batches.
+"""Micro-benchmarks of the stores: commit throughput, and what a batch's key order costs.
 
     python -m streams_app.state.bench [--seconds 3] [--keys 1000] [--key-space 100000]
+    python -m streams_app.state.bench --key-order [--entries 1000000] [--batch 30000]
 
-Each round sets ``--keys`` keys (drawn from ``--key-space``) to JSON values in a transaction and
-commits it with an offset, as the runtime does after every Kafka commit. Reported per store:
-commits/s and keys/s, for the whole commit (encoding + write) and for ``StorePartition.write``
-alone (the pre-encoded batch). Not a test: numbers depend on the machine and its load.
+The first: each round sets ``--keys`` keys (drawn from ``--key-space``) to JSON values in a
+transaction and commits it with an offset, as the runtime does after every Kafka commit.
+Reported per store: commits/s and keys/s, for the whole commit (encoding + write) and for
+``StorePartition.write`` alone (the pre-encoded batch).
+
+``--key-order``: RocksDB with the worker's options, written a join buffer's entries (``segment
+| key | timestamp | seq`` of 10,000 keys, records in time order, ``--batch`` entries a write)
+as they come and sorted by key, interleaved; reported in us an entry, inside ``Rdict.write``
+and in CPU of all the process's threads (RocksDB's flushes and compactions included). This is
+why ``RocksDBStorePartition`` writes a batch in key order (state/rocksdb.py).
+
+Not tests: numbers depend on the machine and its load.
 """
 
 from __future__ import annotations
@@ -17,8 +26,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rocksdict import Rdict, WriteBatch
+
 from streams_app.codecs import JsonCodec, StrCodec
 from streams_app.state.base import PartitionTransaction, StorePartition
+from streams_app.state.join_windows import JoinWindowKeyCodec
 from streams_app.state.memory import MemoryStorePartition
 from streams_app.state.rocksdb import RocksDBOptions, RocksDBStorePartition
 
@@ -44,12 +56,64 @@ def _run(part: StorePartition, seconds: float, keys: int, key_space: int) -> tup
     return commits / elapsed, commits / write_time
 
 
+def _buffer_batches(entries: int, batch: int) -> list[dict[bytes, bytes]]:
+    """A join buffer's writes (module doc), ``batch`` entries a batch."""
+    rng = random.Random(1)
+    codec = JoinWindowKeyCodec(StrCodec(), 3_600_000)
+    value = b"\x01" + b'{"key": "key-000042", "seq": 1234567, "note": "' + b"x" * 64 + b'"}'
+    start = 1_700_000_000_000
+    return [
+        {
+            codec.entry(f"key-{rng.randrange(10_000):06d}", start + seq // 20, seq): value
+            for seq in range(first, min(first + batch, entries))
+        }
+        for first in range(0, entries, batch)
+    ]
+
+
+def _write_in_order(
+    tmp: str, batches: list[dict[bytes, bytes]], ordered: bool
+) -> tuple[float, float]:
+    """us an entry inside ``Rdict.write``, and in CPU of all threads, until the database closed."""
+    db = Rdict(str(Path(tmp) / ("sorted" if ordered else "as-come")), RocksDBOptions().db_options())
+    entries = sum(map(len, batches))
+    writing = 0.0
+    cpu = time.process_time()
+    for batch in batches:
+        wb = WriteBatch(raw_mode=True)
+        for key in sorted(batch) if ordered else batch:
+            wb.put(key, batch[key])
+        started = time.thread_time()
+        db.write(wb)
+        writing += time.thread_time() - started
+    db.close()
+    return writing / entries * 1e6, (time.process_time() - cpu) / entries * 1e6
+
+
+def key_order(entries: int, batch: int, rounds: int) -> None:
+    batches = _buffer_batches(entries, batch)
+    print(f"{entries:,} join-buffer entries, {batch:,} a write, {rounds} interleaved rounds")
+    for _ in range(rounds):
+        for ordered in (False, True):
+            with tempfile.TemporaryDirectory() as tmp:
+                inside, cpu = _write_in_order(tmp, batches, ordered)
+            label = "sorted by key" if ordered else "as they come"
+            print(f"  {label:14} {inside:5.2f} us an entry in Rdict.write, {cpu:5.2f} us of CPU")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--key-space", type=int, default=100_000)
+    parser.add_argument("--key-order", action="store_true", help="the key-order benchmark")
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=30_000)
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    if args.key_order:
+        key_order(args.entries, args.batch, args.rounds)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         cases: list[tuple[str, Callable[[], StorePartition]]] = [
             ("memory", MemoryStorePartition),

@@ -68,12 +68,12 @@ second earlier, never ahead of its changelog, and restore replays the rest.
 sorted by key. RocksDB inserts them into the memtable's skip list one by one; keys that come
 in no order (a table's keys as records bring them, a join buffer's ``segment | key | time``)
 each walk it from the top, and in a memtable of 100,000 entries most of those steps are cache
-misses. Measured with a join buffer's entries (3,000,000 of 10,000 keys over four
-partitions, written in 1-second batches; BENCHMARKS.md, "Batches in key order"): 1.8 us an
-entry inside ``Rdict.write`` unsorted, 0.7 sorted; 3.2 us of CPU an entry in all the process's
-threads unsorted (RocksDB's flushes and compactions included), 2.3 sorted, the sort's 0.5
-included. The entries of a batch have distinct keys (it is a dict), so
-their order changes nothing of what is written: the batch is applied whole either way.
+misses. Measured with a join buffer's entries (``python -m streams_app.state.bench
+--key-order``; BENCHMARKS.md, "Batches in key order"): 1.8 us an entry inside ``Rdict.write``
+as they come, 0.6-0.7 sorted; 3.2 us of CPU an entry in all the process's threads as they
+come (RocksDB's flushes and compactions included), 2.3-2.4 sorted, the sort's 0.5 included.
+The entries of a batch have distinct keys (it is a dict), so their order changes nothing of
+what is written: the batch is applied whole either way.
 
 **Handles.** An open partition holds RocksDB's ``LOCK`` file. rocksdict only releases it once
 every object that references the database is gone: :meth:`close` drops the column-family handle

@@ -446,6 +446,8 @@ class StreamStreamProcessor(JoinProcessor):
         so the run is one loop, without the layers a record goes through on its own. A record
         that fails stays current (the dispatcher names it) and the run's results are dropped
         with it: the failure aborts the transaction that holds them."""
+        if not self.definition.has_unmatched:
+            return self._inner_run(side, events)
         out: list[tuple[TaskScope, Any, Any, int, Event | None]] = []
         append = out.append
         result = self.join.result_of
@@ -468,6 +470,56 @@ class StreamStreamProcessor(JoinProcessor):
             )
             for key, left, right, timestamp in found:  # JoinResult, unpacked
                 append((task, key, result(left, right), timestamp, event))
+        return out
+
+    def _inner_run(
+        self, side: int, events: list[Event]
+    ) -> list[tuple[TaskScope, Any, Any, int, Event | None]]:
+        """:meth:`join_run` of an inner join, with :meth:`StreamStreamJoinState.process`
+        inlined: an inner join keeps no stream time and no unmatched records, so a record is a
+        fetch of the other side's buffer, its own put into its side's, and a result per
+        partner (the join's time: the larger of the two). Same steps in the same order as
+        ``process``, without a call, a list and a :class:`JoinResult` per record."""
+        out: list[tuple[TaskScope, Any, Any, int, Event | None]] = []
+        append = out.append
+        result = self.join.result_of
+        set_current = current_event.set
+        left = side == LEFT
+        task: TaskScope | None = None
+        state: Any = None
+        fetch: Any = None
+        put: Any = None
+        before = after = 0
+        for event in events:
+            set_current(event)
+            if event.task is not task:
+                task = event.task
+                state = self.state(task)
+                fetch = state.buffers[RIGHT - side].fetch
+                put = state.buffers[side].put
+                before, after = state.reach[side]
+            value = event.value
+            if value is None or event.raw_key is None:
+                state.skipped += 1  # a null key or value joins nothing in an inner join
+                continue
+            key = event.key
+            timestamp = event.timestamp
+            low = timestamp - before
+            high = timestamp + after
+            partners = fetch(key, low if low > 0 else 0, high if high > 0 else 0)
+            raw = event.raw_value if event.reply_to is None else None
+            if not put(key, timestamp, event.offset, value, raw):
+                state.too_late += 1
+            for when, _, partner in partners:  # Buffered, unpacked
+                append(
+                    (
+                        task,
+                        key,
+                        result(value, partner) if left else result(partner, value),
+                        when if when > timestamp else timestamp,
+                        event,
+                    )
+                )
         return out
 
     def join_record(self, side: int, event: Event) -> list[JoinResult]:
