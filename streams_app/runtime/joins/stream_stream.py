@@ -499,10 +499,10 @@ class StreamStreamProcessor(JoinProcessor):
                 put = state.buffers[side].put
                 before, after = state.reach[side]
             value = event.value
-            if value is None or event.raw_key is None:
+            key = None if event.raw_key is None else event.key  # a key may decode to None
+            if value is None or key is None:
                 state.skipped += 1  # a null key or value joins nothing in an inner join
                 continue
-            key = event.key
             timestamp = event.timestamp
             low = timestamp - before
             high = timestamp + after
