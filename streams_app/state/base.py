@@ -252,6 +252,13 @@ class PartitionTransaction:
         if self._rewritten is not None:
             self._rewritten.add(key)
 
+    def set_all(self, writes: Mapping[Any, Any]) -> None:
+        """:meth:`set` of each of ``writes`` (key -> value), in their order."""
+        self._dirty.update(writes)
+        self._prepared = None
+        if self._rewritten is not None:
+            self._rewritten.update(writes)
+
     def delete(self, key: Any) -> None:
         self._dirty[key] = DELETED
         self._prepared = None

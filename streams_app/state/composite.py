@@ -27,7 +27,7 @@ key cannot collide with an entry: every entry key is at least 8 bytes.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
@@ -247,6 +247,16 @@ class PendingKeys:
         or deleted."""
         self._log.append(composite)
         self._count += 1
+        if self._count > self._limit:
+            self._prune()
+
+    def touch_all(self, composites: Iterable[Any]) -> None:
+        """:meth:`touch` of each of ``composites``, in order (one pruning check at the end:
+        a pruning keeps what is still pending, whenever it runs)."""
+        log = self._log
+        before = len(log)
+        log.extend(composites)
+        self._count += len(log) - before
         if self._count > self._limit:
             self._prune()
 

@@ -286,3 +286,60 @@ async def test_a_stream_stream_joiner_failing_mid_run_dead_letters_that_record_o
             str(piped[9].offset).encode(),
             str(piped[30].offset).encode(),
         ]
+
+
+async def test_a_put_failing_mid_run_dead_letters_that_record_only(
+    topology_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inner stream-stream join's run buffers its records at the end of the run
+    (``JoinWindowTransaction.put_all``); one that cannot be buffered (here: a store that
+    refuses it) is still that record's failure: only it is dead-lettered, and every other
+    order of the run is paired once."""
+    from streams_app.state.join_windows import JoinWindowTransaction
+
+    app = streams_app.App(
+        "join-runs-put",
+        broker="kafka://127.0.0.1:1",
+        topic_partitions=1,
+        error_policy="dlq",
+        max_retries=0,
+    )
+    orders_topic = app.topic("orders", key_type=str, value_type=str)
+    payments = app.topic("payments", key_type=str, value_type=str)
+    matched = app.topic("matched", key_type=str, value_type=str)
+    orders_topic.join(payments, streams_app.JoinWindows(3600), joiner=lambda o, p: f"{o}:{p}").to(
+        matched
+    )
+    put, put_all = JoinWindowTransaction.put, JoinWindowTransaction.put_all
+    batched: list[int] = []
+
+    def refusing_put(
+        self: JoinWindowTransaction, key: Any, t: int, seq: int, value: Any, *a: Any
+    ) -> bool:
+        if value == "o17":
+            raise RuntimeError("refusing o17")
+        return put(self, key, t, seq, value, *a)
+
+    def refusing_put_all(self: JoinWindowTransaction, rows: list[Any]) -> int:
+        batched.append(len(rows))
+        if any(row[3] == "o17" for row in rows):
+            raise RuntimeError("refusing o17")
+        return put_all(self, rows)
+
+    monkeypatch.setattr(JoinWindowTransaction, "put", refusing_put)
+    monkeypatch.setattr(JoinWindowTransaction, "put_all", refusing_put_all)
+    async with topology_driver(app) as driver:
+        for c in range(4):
+            await driver.pipe("payments", f"p{c}", key=f"c{c}", timestamp=50, partition=0)
+        await driver.run_until_idle()
+        inputs = [Input(f"c{n % 4}", f"o{n}", timestamp=100 + n, partition=0) for n in range(40)]
+        piped = await driver.pipe_many("orders", inputs)
+        await driver.run_until_idle()
+        assert max(batched) > 10  # the orders' puts went together
+        kept = [i for i in inputs if i.value != "o17"]
+        out = await driver.read("matched")
+        assert [(r.key, r.value) for r in out] == [
+            (i.key, f"{i.value}:p{int(str(i.key)[1:])}") for i in kept
+        ]
+        dead = await driver.read("orders.dlq")
+        assert [d.header(H_SOURCE_OFFSET) for d in dead] == [str(piped[17].offset).encode()]

@@ -329,3 +329,31 @@ def test_a_key_with_more_entries_than_the_cache_keeps_is_scanned(
     assert [b.value for b in v.fetch("busy", 3, 5)] == [3, 4, 5]
     assert counted.scans == 3  # the bounded look, then one scan per fetch
     assert scan_cache.bytes < 1_000  # the marker, not the entries
+
+
+def test_put_all_stores_what_puts_one_by_one_store(store: Store) -> None:
+    """``put_all`` (an inner join's run of puts at once) leaves the transaction, its hints,
+    the observed time and the fetch cache as the same puts one by one: records with and
+    without their bytes, duplicates at one time, out of order, and one too late to keep."""
+    rows = [
+        ("a", 10, 1, {"n": 1}, b'{"n":  1}'),
+        ("b", 120, 2, {"n": 2}, None),
+        ("a", 120, 3, {"n": 3}, None),
+        ("a", 120, 4, {"n": 4}, b'{"n": 4}'),
+        ("c", 990, 5, {"n": 5}, None),
+        ("a", 800, 6, {"n": 6}, None),  # retained: 990 - 250 < 800
+        ("b", 600, 7, {"n": 7}, None),  # too late: 600 <= 990 - 250
+    ]
+    one, many = view(store), view(store)
+    one.fetch("a", 0, 2_000)  # a cached (empty) segment the puts must forget, if cached
+    many.fetch("a", 0, 2_000)
+    late = [row for row in rows if not one.put(*row)]
+    assert many.put_all(rows) == len(late) == 1
+    assert many.tx.prepare() == one.tx.prepare()
+    assert list(many.tx.pending_keys()) == list(one.tx.pending_keys())
+    assert many.observed == one.observed == 990
+    for key in ("a", "b", "c"):
+        assert many.fetch(key, 0, 2_000) == one.fetch(key, 0, 2_000)
+    assert [b.value["n"] for b in many.fetch("a", 0, 2_000)] == [6]  # 10 and 120 expired
+    many.tx.commit(1)
+    assert [b.value["n"] for b in many.fetch("a", 750, 2_000)] == [6]

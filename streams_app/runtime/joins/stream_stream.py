@@ -478,8 +478,11 @@ class StreamStreamProcessor(JoinProcessor):
         """:meth:`join_run` of an inner join, with :meth:`StreamStreamJoinState.process`
         inlined: an inner join keeps no stream time and no unmatched records, so a record is a
         fetch of the other side's buffer, its own put into its side's, and a result per
-        partner (the join's time: the larger of the two). Same steps in the same order as
-        ``process``, without a call, a list and a :class:`JoinResult` per record."""
+        partner (the join's time: the larger of the two). The puts wait for the end of the
+        run (of each task's part of it) and go into the buffer together
+        (:meth:`~streams_app.state.join_windows.JoinWindowTransaction.put_all`): a fetch
+        reads the other side's buffer, which no put of this side changes, so every record
+        finds what it would have found one by one, and the buffer ends as it would have."""
         out: list[tuple[TaskScope, Any, Any, int, Event | None]] = []
         append = out.append
         result = self.join.result_of
@@ -488,16 +491,22 @@ class StreamStreamProcessor(JoinProcessor):
         task: TaskScope | None = None
         state: Any = None
         fetch: Any = None
-        put: Any = None
         before = after = 0
-        for event in events:
+        #: The puts of the current task's records so far, ``put_all``'s rows, and where in
+        #: ``events`` that task's part of the run began.
+        puts: list[tuple[Any, int, int, Any, bytes | None]] = []
+        begun = 0
+        for n, event in enumerate(events):
             set_current(event)
             if event.task is not task:
+                if puts:
+                    self._put_run(state, side, puts, events, begun)
+                    puts = []
                 task = event.task
                 state = self.state(task)
                 fetch = state.buffers[RIGHT - side].fetch
-                put = state.buffers[side].put
                 before, after = state.reach[side]
+                begun = n
             value = event.value
             key = None if event.raw_key is None else event.key  # a key may decode to None
             if value is None or key is None:
@@ -507,9 +516,15 @@ class StreamStreamProcessor(JoinProcessor):
             low = timestamp - before
             high = timestamp + after
             partners = fetch(key, low if low > 0 else 0, high if high > 0 else 0)
-            raw = event.raw_value if event.reply_to is None else None
-            if not put(key, timestamp, event.offset, value, raw):
-                state.too_late += 1
+            puts.append(
+                (
+                    key,
+                    timestamp,
+                    event.offset,
+                    value,
+                    event.raw_value if event.reply_to is None else None,
+                )
+            )
             for when, _, partner in partners:  # Buffered, unpacked
                 append(
                     (
@@ -520,7 +535,37 @@ class StreamStreamProcessor(JoinProcessor):
                         event,
                     )
                 )
+        if puts:
+            self._put_run(state, side, puts, events, begun)
         return out
+
+    def _put_run(
+        self,
+        state: StreamStreamJoinState,
+        side: int,
+        puts: list[tuple[Any, int, int, Any, bytes | None]],
+        events: list[Event],
+        begun: int,
+    ) -> None:
+        """The puts of one task's records of a run (:meth:`_inner_run`). A put that fails
+        (a key or value its codec cannot encode) is made again record by record, each record
+        current, so that the failure names the record it is of: the failure aborts the
+        transaction, and a put made twice stores the same entry."""
+        buffer = state.buffers[side]
+        try:
+            state.too_late += buffer.put_all(puts)
+        except Exception:
+            task = events[begun].task
+            for event in events[begun:]:
+                if event.task is not task:
+                    break
+                key = None if event.raw_key is None else event.key
+                if event.value is None or key is None:
+                    continue
+                current_event.set(event)
+                raw = event.raw_value if event.reply_to is None else None
+                buffer.put(key, event.timestamp, event.offset, event.value, raw)
+            raise
 
     def join_record(self, side: int, event: Event) -> list[JoinResult]:
         """What :meth:`process` emits for ``event`` (its state changes made)."""
