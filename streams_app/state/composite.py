@@ -237,11 +237,6 @@ class PendingKeys:
             self._log = []
             self._count = 0
 
-    @property
-    def hinted(self) -> bool:
-        """Whether any entry is hinted (False: :meth:`of` finds nothing for any key)."""
-        return bool(self._log or self._keys)
-
     def touch(self, composite: Any) -> None:
         """``composite`` (an entry of the user key ``index_of(composite)``) was just written
         or deleted."""

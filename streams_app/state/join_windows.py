@@ -401,9 +401,12 @@ class JoinWindowTransaction:
         # Most fetches fall in one segment (segments are half the retention or more).
         segments = (first,) if first == last else range(first, last + 1)
         user_key = None
-        if self._pending.hinted:
+        hints = self._pending
+        # Whether any entry is hinted (else ``of`` finds nothing for any key): read here, a
+        # call fewer a fetch, as ``of`` reads it.
+        if hints._log or hints._keys:
             user_key = key_prefix(self.codec.key_codec, key)
-            pending = self._pending.of(user_key)
+            pending = hints.of(user_key)
             if pending:
                 return self._fetch_merged(user_key, time_from, time_to, segments, pending)
         # The common case: committed entries only. Segments ascend with time, and within one
