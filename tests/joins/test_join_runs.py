@@ -233,16 +233,10 @@ async def test_a_run_where_every_record_awaits_is_gone_through_in_a_loop() -> No
     assert done == list(range(5_000))
 
 
-async def test_a_stream_stream_joiner_failing_mid_run_dead_letters_that_record_only(
-    topology_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The stream-stream join's run loop (``StreamStreamProcessor.join_run``): 40 orders in
-    one run, each paired with its customer's payment buffered before; the joiner fails on two
-    of them under ``dlq``: exactly those two are dead-lettered (the run's other results land
-    once, in order, with their own orders' lineage)."""
-    failing = {"o9", "o30"}
+def payments_app(name: str, joiner: Any) -> streams_app.App:
+    """Orders joined with payments within an hour (inner), failures dead-lettered."""
     app = streams_app.App(
-        "join-runs-ss",
+        name,
         broker="kafka://127.0.0.1:1",
         topic_partitions=1,
         error_policy="dlq",
@@ -251,13 +245,36 @@ async def test_a_stream_stream_joiner_failing_mid_run_dead_letters_that_record_o
     orders_topic = app.topic("orders", key_type=str, value_type=str)
     payments = app.topic("payments", key_type=str, value_type=str)
     matched = app.topic("matched", key_type=str, value_type=str)
+    orders_topic.join(payments, streams_app.JoinWindows(3600), joiner=joiner).to(matched)
+    return app
+
+
+async def pipe_payments_then_orders(driver: Any) -> tuple[list[Input], list[Any]]:
+    """Four customers' payments, then 40 orders of them in one run: ``(inputs, piped)``."""
+    for c in range(4):
+        await driver.pipe("payments", f"p{c}", key=f"c{c}", timestamp=50, partition=0)
+    await driver.run_until_idle()
+    inputs = [Input(f"c{n % 4}", f"o{n}", timestamp=100 + n, partition=0) for n in range(40)]
+    piped = await driver.pipe_many("orders", inputs)
+    await driver.run_until_idle()
+    return inputs, piped
+
+
+async def test_a_stream_stream_joiner_failing_mid_run_dead_letters_that_record_only(
+    topology_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream-stream join's run loop (``StreamStreamProcessor.join_run``): 40 orders in
+    one run, each paired with its customer's payment buffered before; the joiner fails on two
+    of them under ``dlq``: exactly those two are dead-lettered (the run's other results land
+    once, in order, with their own orders' lineage)."""
+    failing = {"o9", "o30"}
 
     def joiner(order: str, payment: str) -> str:
         if order in failing:
             raise RuntimeError(f"refusing {order}")
         return f"{order}:{payment}"
 
-    orders_topic.join(payments, streams_app.JoinWindows(3600), joiner=joiner).to(matched)
+    app = payments_app("join-runs-ss", joiner)
     runs: list[int] = []
     real = StreamStreamProcessor.join_run
 
@@ -267,12 +284,7 @@ async def test_a_stream_stream_joiner_failing_mid_run_dead_letters_that_record_o
 
     monkeypatch.setattr(StreamStreamProcessor, "join_run", counting)
     async with topology_driver(app) as driver:
-        for c in range(4):
-            await driver.pipe("payments", f"p{c}", key=f"c{c}", timestamp=50, partition=0)
-        await driver.run_until_idle()
-        inputs = [Input(f"c{n % 4}", f"o{n}", timestamp=100 + n, partition=0) for n in range(40)]
-        piped = await driver.pipe_many("orders", inputs)
-        await driver.run_until_idle()
+        inputs, piped = await pipe_payments_then_orders(driver)
         assert max(runs) > 10  # the orders came a run at a time
         kept = [(i, p) for i, p in zip(inputs, piped, strict=True) if i.value not in failing]
         out = await driver.read("matched")
@@ -297,19 +309,7 @@ async def test_a_put_failing_mid_run_dead_letters_that_record_only(
     order of the run is paired once."""
     from streams_app.state.join_windows import JoinWindowTransaction
 
-    app = streams_app.App(
-        "join-runs-put",
-        broker="kafka://127.0.0.1:1",
-        topic_partitions=1,
-        error_policy="dlq",
-        max_retries=0,
-    )
-    orders_topic = app.topic("orders", key_type=str, value_type=str)
-    payments = app.topic("payments", key_type=str, value_type=str)
-    matched = app.topic("matched", key_type=str, value_type=str)
-    orders_topic.join(payments, streams_app.JoinWindows(3600), joiner=lambda o, p: f"{o}:{p}").to(
-        matched
-    )
+    app = payments_app("join-runs-put", lambda o, p: f"{o}:{p}")
     put, put_all = JoinWindowTransaction.put, JoinWindowTransaction.put_all
     batched: list[int] = []
 
@@ -329,12 +329,7 @@ async def test_a_put_failing_mid_run_dead_letters_that_record_only(
     monkeypatch.setattr(JoinWindowTransaction, "put", refusing_put)
     monkeypatch.setattr(JoinWindowTransaction, "put_all", refusing_put_all)
     async with topology_driver(app) as driver:
-        for c in range(4):
-            await driver.pipe("payments", f"p{c}", key=f"c{c}", timestamp=50, partition=0)
-        await driver.run_until_idle()
-        inputs = [Input(f"c{n % 4}", f"o{n}", timestamp=100 + n, partition=0) for n in range(40)]
-        piped = await driver.pipe_many("orders", inputs)
-        await driver.run_until_idle()
+        inputs, piped = await pipe_payments_then_orders(driver)
         assert max(batched) > 10  # the orders' puts went together
         kept = [i for i in inputs if i.value != "o17"]
         out = await driver.read("matched")
