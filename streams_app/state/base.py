@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, KeysView, Mapping
-from itertools import islice
+from itertools import compress, islice, repeat
+from operator import is_not
 from typing import Any
 
 from streams_app.codecs import Codec, plain_of
@@ -319,21 +320,55 @@ class PartitionTransaction:
         if self.before_prepare is not None:
             self.before_prepare()
         if self._prepared is None:
-            encode_key, encode_value = self.key_codec.dumps, self.value_codec.dumps
             # The codecs' plain types (a text key, a count) are checked here: calls fewer.
             key_plain, plain_key = plain_of(self.key_codec)
             value_plain, plain_value = plain_of(self.value_codec)
-            self._prepared = {
-                (plain_key(k) if type(k) is key_plain else encode_key(k)): (
-                    None
-                    if v is DELETED
-                    else plain_value(v)
-                    if type(v) is value_plain
-                    else encode_value(v)
-                )
-                for k, v in self._dirty.items()
-            }
+            if key_plain is bytes and value_plain is bytes:
+                self._prepared = self._prepare_as_is()
+            else:
+                encode_key, encode_value = self.key_codec.dumps, self.value_codec.dumps
+                self._prepared = {
+                    (plain_key(k) if type(k) is key_plain else encode_key(k)): (
+                        None
+                        if v is DELETED
+                        else plain_value(v)
+                        if type(v) is value_plain
+                        else encode_value(v)
+                    )
+                    for k, v in self._dirty.items()
+                }
         return self._prepared
+
+    def _prepare_as_is(self) -> dict[bytes, bytes | None]:
+        """:meth:`prepare` of a store whose codecs pass bytes on as they are (``plain_of``
+        answers ``bytes`` for both: a join buffer's, whose pending entries are their stored
+        bytes). The comprehension would take each entry through a Python step to find it
+        unchanged; here the writes are copied in one C call, and only the entries that are
+        not bytes to bytes (a deletion, the stream time entry) are encoded, found by C-level
+        scans of the types. About 215 ns an entry against 87 (BENCHMARKS.md, "A join
+        buffer's commit copies its writes"). The result equals the comprehension's as a
+        mapping; an entry encoded here comes after the others (every key is written once:
+        the order is not part of what a commit means)."""
+        prepared: dict[Any, Any] = dict(self._dirty)
+        odd = list(compress(prepared, map(is_not, map(type, prepared), repeat(bytes))))
+        odd += compress(prepared, map(is_not, map(type, prepared.values()), repeat(bytes)))
+        if odd:
+            encode_key, encode_value = self.key_codec.dumps, self.value_codec.dumps
+            for key in dict.fromkeys(odd):  # a key may be odd twice (key and value)
+                value = prepared[key]
+                value = (
+                    None
+                    if value is DELETED
+                    else value
+                    if type(value) is bytes
+                    else encode_value(value)
+                )
+                if type(key) is bytes:
+                    prepared[key] = value
+                else:
+                    del prepared[key]
+                    prepared[encode_key(key)] = value
+        return prepared
 
     def commit(self, changelog_offset: int) -> None:
         """The Kafka transaction committed: make the writes durable with their offset."""

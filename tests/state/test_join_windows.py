@@ -12,6 +12,7 @@ import pytest
 
 from streams_app.codecs import JsonCodec, StrCodec
 from streams_app.state import PartitionTransaction, Store
+from streams_app.state.base import DELETED
 from streams_app.state.cache import ReadCache
 from streams_app.state.composite import META_KEY, STREAM_TIME
 from streams_app.state.join_windows import (
@@ -357,3 +358,27 @@ def test_put_all_stores_what_puts_one_by_one_store(store: Store) -> None:
     assert [b.value["n"] for b in many.fetch("a", 0, 2_000)] == [6]  # 10 and 120 expired
     many.tx.commit(1)
     assert [b.value["n"] for b in many.fetch("a", 750, 2_000)] == [6]
+
+
+def test_a_buffers_commit_encodes_its_writes_as_its_codecs_do(store: Store) -> None:
+    """A buffer's pending writes are its stored bytes, so ``prepare`` copies them and encodes
+    only the rest (``PartitionTransaction._prepare_as_is``): the stream time entry, a
+    deletion, a value not yet encoded. What it gives must be each write through the store's
+    own codecs, as every other store's ``prepare`` gives it."""
+    v = view(store)
+    for seq, (key, t) in enumerate([("a", 10), ("b", 20), ("a", 30), ("c", 40)]):
+        v.put(key, t, seq, {"n": seq}, b'{"n": %d}' % seq)
+    v.tx.commit(1)
+    v.put("d", 50, 9, {"n": 9})  # no bytes at hand: stored encoded
+    v.delete("a", 30, 2)  # a deletion of a committed entry
+    raw_entry = v.codec.entry("e", 60, 10)
+    v.tx.set(raw_entry, {"n": 10})  # a decoded value under a key already encoded
+    keys, values = v.tx.key_codec, v.tx.value_codec
+    prepared = v.tx.prepare()  # the stream time entry is written here (before_prepare)
+    written = list(v.tx.dirty_items())
+    assert any(key is STREAM_TIME for key, _ in written)
+    assert prepared == {
+        keys.dumps(key): None if value is DELETED else values.dumps(value) for key, value in written
+    }
+    assert prepared[META_KEY] is not None and prepared[v.codec.entry("a", 30, 2)] is None
+    assert all(type(k) is bytes and type(val) in (bytes, type(None)) for k, val in prepared.items())
