@@ -10,7 +10,9 @@ built from it keeps the topic as its changelog (Kafka Streams: ``topology.optimi
 - **stream-stream**: the input joined with ``join-users`` read as a stream, within an hour
   either side (inner, no grace): the users' records come first (earlier timestamps), so each
   input record pairs with its key's one record, and every input record is buffered in the
-  join's changelogged window store (what a stream-stream join costs).
+  join's window store (what a stream-stream join costs). The input's buffer is declared with
+  ``changelog="input"``: the input topic restores it, and the worker does not write each record
+  to a changelog again (Kafka Streams writes both buffers' changelogs; it has no such option).
 
 Each input record gives exactly one output, keyed as the input, valued ``"<seq>:<tier>"``
 (the input's ``seq`` field, the user's ``tier``): ``benchmarks/check.py`` (kind ``join``)
@@ -50,7 +52,10 @@ def build(kind: str, output_topic: str) -> App:
     if kind == "stream-table":
         events.join(app.Table("join-users-table", source=users), joiner=joiner).to(out)
     elif kind == "stream-stream":
-        events.join(users, JoinWindows(WINDOW_S), joiner=joiner).to(out)
+        # The input's buffer restored from the input itself, not changelogged again
+        # (docs/joins.md, "The input topic as the buffer's changelog"); the users' topic is
+        # compacted, so its buffer keeps a changelog of its own.
+        events.join(users, JoinWindows(WINDOW_S), joiner=joiner, changelog="input").to(out)
     else:
         raise ValueError(kind)
     return app

@@ -163,6 +163,7 @@ def _store(store: JoinStore) -> TableDecl:
         value_codec=codec_name(store.value_codec),
         follows=store.follows,
         owner=store.owner,
+        changelog_is_source=store.changelog_is_source,
     )
 
 

@@ -54,6 +54,11 @@ if TYPE_CHECKING:
 
 INNER, LEFT, OUTER = "inner", "left", "outer"
 HOWS = (INNER, LEFT, OUTER)
+#: Where a stream-stream join's buffers are changelogged (``changelog=``): topics of their
+#: own (Kafka Streams' choice, the default), or their input topics (docs/joins.md, "The
+#: input topic as the buffer's changelog").
+OWN, INPUT = "own", "input"
+CHANGELOGS = (OWN, INPUT)
 
 #: ``joiner(left, right) -> value``: a join result's value (None on a side without a partner).
 Joiner = Callable[[Any, Any], Any]
@@ -141,8 +146,12 @@ class JoinStore:
         kind: str = JOIN_STORE,
         read_cache: bool = True,
         scan_cache: bool = False,
+        source: Topic | None = None,
     ) -> None:
         self.app = app
+        #: The input topic that serves as this store's changelog (a stream-stream buffer
+        #: declared with ``changelog="input"``), or None: a changelog topic of its own.
+        self.source = source
         #: False for the stream-stream buffers: they are read by range scans only, which the
         #: read cache never serves, so filling it at every commit (sizing each buffered value
         #: for the memory budget) was pure cost, a third of a stream-stream join's CPU. Kafka
@@ -162,7 +171,13 @@ class JoinStore:
         self.partitions: int | None = None
 
     @property
+    def changelog_is_source(self) -> bool:
+        return self.source is not None
+
+    @property
     def changelog_topic_name(self) -> str:
+        if self.source is not None:
+            return self.source.name
         return names.changelog_topic(self.app.conf.id, self.name)
 
     def open_windowed(self, tx: PartitionTransaction, observed: int) -> Any:
@@ -195,6 +210,7 @@ class Join:
         after_ms: int | None = None,
         grace_ms: int | None = None,
         idle_close_ms: int | None = None,
+        changelog: str = OWN,
     ) -> None:
         self.app = app
         self.name = name
@@ -210,6 +226,8 @@ class Join:
         self.after_ms = after_ms
         self.grace_ms = grace_ms
         self.idle_close_ms = idle_close_ms
+        #: A stream-stream join's buffers' changelogs: ``OWN`` or ``INPUT`` (:data:`CHANGELOGS`).
+        self.changelog = changelog
         #: Role -> store (``buffer``, ``left``, ``right``, ``unmatched``, ``subscriptions``).
         self.stores: dict[str, JoinStore] = {}
         #: Role -> internal topic (``subscription``, ``response``).
@@ -277,6 +295,7 @@ class Join:
         *,
         read_cache: bool = True,
         scan_cache: bool = False,
+        source: Topic | None = None,
     ) -> JoinStore:
         store = JoinStore(
             self.app,
@@ -287,6 +306,7 @@ class Join:
             follows=(follows or self.left_topic).name,
             read_cache=read_cache,
             scan_cache=scan_cache,
+            source=source,
         )
         self.stores[role] = store
         return store
@@ -313,6 +333,7 @@ class Join:
             and _same_function(self.key, other.key)
             and (self.before_ms, self.after_ms, self.grace_ms, self.idle_close_ms)
             == (other.before_ms, other.after_ms, other.grace_ms, other.idle_close_ms)
+            and self.changelog == other.changelog
         )
 
     def __repr__(self) -> str:
@@ -419,6 +440,7 @@ def stream_join(
     idle_close: Duration | None = None,
     windows: JoinWindows | None = None,
     name: str | None = None,
+    changelog: str | None = None,
 ) -> JoinedStream:
     """``topic.join(...)`` and its kin (see :meth:`Topic.join`). A stream-stream join's window
     is a :class:`JoinWindows` (positional, Faust-style, or ``windows=``) or the keywords."""
@@ -436,6 +458,12 @@ def stream_join(
     if windows is not None and not _is_topic(right):
         raise TopologyError(
             f"{where}: JoinWindows are for stream-stream joins; {_name_of(right)!r} is a table"
+        )
+    if changelog is not None and not _is_topic(right):
+        raise TopologyError(
+            f"{where}: changelog= is where a stream-stream join's buffers are changelogged; "
+            f"{_name_of(right)!r} is a table (a table built from a topic says its changelog "
+            "itself): drop changelog="
         )
     if _is_topic(right):
         if windows is not None:
@@ -467,6 +495,9 @@ def stream_join(
             after_ms=window[1],
             grace_ms=window[2],
             idle_close_ms=idle_ms,
+            changelog=_buffer_changelog(
+                where, how, left, right, changelog, window[0] + window[1] + (window[2] or 0)
+            ),
         )
         return JoinedStream(join)
     if not isinstance(right, Table):
@@ -602,6 +633,53 @@ def table_join(
     return JoinedTable(join)
 
 
+def _buffer_changelog(
+    where: str, how: str, left: Topic, right: Topic, changelog: str | None, retention_ms: int
+) -> str:
+    """``changelog=`` of a stream-stream join, checked (docs/joins.md, "The input topic as the
+    buffer's changelog"): refused where no buffer's input can restore it, naming why."""
+    if changelog is None or changelog == OWN:
+        return OWN
+    if changelog != INPUT:
+        raise TopologyError(f"{where}: changelog= is one of {CHANGELOGS}, not {changelog!r}")
+    reasons = [
+        why_not_input(how, role, topic, other, retention_ms)
+        for role, topic, other in (("left", left, right), ("right", right, left))
+    ]
+    if all(reasons):
+        raise TopologyError(
+            f"{where}: changelog='input' restores no buffer of this join (left: {reasons[0]}; "
+            f"right: {reasons[1]}): drop changelog="
+        )
+    return INPUT
+
+
+def why_not_input(how: str, role: str, topic: Topic, other: Topic, retention_ms: int) -> str | None:
+    """Why the input ``topic`` cannot restore the buffer of side ``role`` (``other``: the other
+    side's input; ``retention_ms``: how long the buffer keeps a record), or None if it can: it
+    must hold what the buffer holds, for as long as the buffer keeps it (docs/joins.md)."""
+    if how == OUTER or (how == LEFT and role == "left"):
+        return (
+            "its records get nulls, and a record whose null is released leaves its buffer, "
+            "which the input cannot say"
+        )
+    if topic is other:
+        return "one topic joined with itself cannot be the changelog of both buffers"
+    config = topic.config
+    if "compact" in str(config.get("cleanup.policy", "")):
+        return f"topic {topic.name!r} is declared compacted, and compaction drops records"
+    declared = config.get("retention.ms")
+    if declared is not None and 0 <= int(declared) < retention_ms:
+        return (
+            f"topic {topic.name!r} keeps records {int(declared)} ms (retention.ms), less than "
+            f"the buffer keeps them ({retention_ms} ms: before + after + grace)"
+        )
+    size = config.get("retention.bytes")
+    if size is not None and int(size) >= 0:
+        return f"topic {topic.name!r} declares retention.bytes={size}, which may delete records"
+    return None
+
+
 def _declare(app: App, name: str, **spec: Any) -> Join:
     join = Join(app, name=name, **spec)
     existing = app.joins.get(name)
@@ -631,7 +709,21 @@ def _add_state(join: Join) -> None:
         segment = default_segment_ms(retention)
         for role, topic in (("left", join.left_topic), ("right", join.right_topic)):
             key, value = join_window_codecs(topic.key_codec, topic.value_codec, segment)
-            join.add_store(role, key, value, read_cache=False, scan_cache=True)
+            # An input restores its buffer where it holds what the buffer holds, as long as
+            # the buffer keeps it (docs/joins.md); elsewhere the buffer keeps a changelog.
+            other = join.right_topic if role == "left" else join.left_topic
+            own = join.changelog == OWN or bool(
+                why_not_input(join.how, role, topic, other, retention)
+            )
+            join.add_store(
+                role,
+                key,
+                value,
+                None if own else topic,
+                read_cache=False,
+                scan_cache=True,
+                source=None if own else topic,
+            )
         if join.how != INNER:
             stream = join.left_topic
             key, value = unmatched_codecs(

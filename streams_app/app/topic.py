@@ -295,6 +295,7 @@ class Topic:
         grace: Duration | None = None,
         idle_close: Duration | None = None,
         name: str | None = None,
+        changelog: str | None = None,
     ) -> joins.JoinedStream:
         """Inner join of this topic's records (a stream) with ``other``:
 
@@ -309,6 +310,9 @@ class Topic:
         Results keep this record's key and timestamp (stream-stream: the later of the two);
         their value is ``joiner(left, right)``, or ``Joined(left, right)`` without a joiner.
         ``idle_close=``: see docs/joins.md (opt-in final results when input goes quiet).
+        ``changelog="input"`` (stream-stream): each buffer is restored from its input topic
+        instead of a changelog topic of its own (docs/joins.md: when that is safe, and why it
+        is faster).
         """
         return joins.stream_join(
             self.app,
@@ -324,6 +328,7 @@ class Topic:
             grace=grace,
             idle_close=idle_close,
             name=name,
+            changelog=changelog,
         )
 
     inner_join = join
@@ -340,6 +345,7 @@ class Topic:
         grace: Duration | None = None,
         idle_close: Duration | None = None,
         name: str | None = None,
+        changelog: str | None = None,
     ) -> joins.JoinedStream:
         """Left join: as :meth:`join`, and a record without a partner is a result too, with
         ``None`` on the right (stream-stream: once its window has closed unmatched)."""
@@ -357,6 +363,7 @@ class Topic:
             grace=grace,
             idle_close=idle_close,
             name=name,
+            changelog=changelog,
         )
 
     def outer_join(
@@ -370,6 +377,7 @@ class Topic:
         grace: Duration | None = None,
         idle_close: Duration | None = None,
         name: str | None = None,
+        changelog: str | None = None,
     ) -> joins.JoinedStream:
         """Outer stream-stream join: as :meth:`left_join`, for records of either side."""
         return joins.stream_join(
@@ -385,6 +393,7 @@ class Topic:
             grace=grace,
             idle_close=idle_close,
             name=name,
+            changelog=changelog,
         )
 
     @property

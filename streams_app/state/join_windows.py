@@ -38,7 +38,17 @@ entries that moved it. An entry is *retained* while ``timestamp > observed - ret
   changelog tombstone in the transaction (the changelog stays compacted, as windowed tables'
   changelogs do: docs/windows.md says why not ``compact,delete``).
 
-What is found therefore never depends on when expiry ran. A join fetches the *other* side's
+What is found therefore never depends on when expiry ran.
+
+**A buffer restored from its input topic** (a join declared with ``changelog="input"``,
+docs/joins.md) has no changelog of its own, so restore writes its input's records as entries
+(the runtime's restore filter) but not the observed time: nothing in one record says the
+largest time of all. Such a view (``from_input``) reads the observed time as the larger of the
+stream time entry and every entry's time from that entry's segment on, once, when it is first
+needed: the record with the largest time is always stored (it is never older than retention)
+and never expired (its segment is the newest), so that is the time processing had observed. A
+record that processing found too late and restore stored anyway is older than retention for
+good: no fetch returns it, and expiry deletes it with its segment. A join fetches the *other* side's
 store before it puts a record into *its own*, as Kafka Streams' ``KStreamJoinWindow`` forwards
 a record to the join before storing it.
 
@@ -228,11 +238,18 @@ class JoinWindowTransaction:
         "_stored",
         "_written",
         "codec",
+        "from_input",
         "retention",
         "tx",
     )
 
-    def __init__(self, tx: PartitionTransaction, codec: JoinWindowKeyCodec, retention: int) -> None:
+    def __init__(
+        self,
+        tx: PartitionTransaction,
+        codec: JoinWindowKeyCodec,
+        retention: int,
+        from_input: bool = False,
+    ) -> None:
         if retention < 0:
             raise ValueError("retention must not be negative")
         values = tx.value_codec
@@ -241,6 +258,9 @@ class JoinWindowTransaction:
         self.tx = tx
         self.codec = codec
         self.retention = retention
+        #: Whether the store is restored from its input topic (module doc): the observed time
+        #: is then read from the entries too.
+        self.from_input = from_input
         self._stored = values.stored
         self._entry = codec.entry
         #: Hints by the user key's bytes (``key_prefix``), as the pending entries are bytes.
@@ -268,7 +288,21 @@ class JoinWindowTransaction:
         """The largest timestamp put into this store (committed with its entries)."""
         observed = self._observed
         if observed is None:
-            observed = self._observed = self._written = read_stream_time(self.tx)
+            observed = self._written = read_stream_time(self.tx)
+            if self.from_input:
+                observed = self._latest_entry(observed)
+            self._observed = observed  # if it moved, written at prepare (_write_time)
+        return observed
+
+    def _latest_entry(self, observed: int) -> int:
+        """The largest of ``observed`` and the times of the entries from its segment on (the
+        observed time of a buffer restored from its input: module doc)."""
+        tx = self.tx
+        low = b"\x00" if observed == NO_TIME else pack_time(observed // self.codec.segment_ms)
+        for entry, _ in tx.partition.iter_range(low, None):
+            timestamp = entry_time(entry)[0]
+            if timestamp > observed:
+                observed = timestamp
         return observed
 
     def _before_prepare(self) -> None:

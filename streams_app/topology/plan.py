@@ -204,6 +204,7 @@ def plan_topology(
 
     # 3. Tables: co-partitioned with a task group; changelogs compacted, one partition each.
     changelogs: dict[str, str] = {}
+    globals_: set[str] = set()
     tables_by_group: dict[int, list[str]] = {}
     table_partitions: dict[str, int] = {}
     for table in description.tables:
@@ -248,6 +249,17 @@ def plan_topology(
             )
         if not table.changelog_is_source and not (table.is_global and table.source):
             want(changelog, partitions, {"cleanup.policy": "compact"})
+        if not table.is_global:
+            sharing = [t for t, c in changelogs.items() if c == changelog and t not in globals_]
+            if sharing:
+                raise TopologyError(
+                    f"topic {changelog!r} would be the changelog of both {sharing[0]!r} and "
+                    f"{table.name!r}: a changelog restores one store (a join declared with "
+                    "changelog='input' needs an input no table is built from and no other such "
+                    "join reads)"
+                )
+        else:
+            globals_.add(table.name)
         changelogs[table.name] = changelog
         table_partitions[table.name] = partitions
         if table.is_global and table.source is not None:

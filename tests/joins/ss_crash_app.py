@@ -1,6 +1,7 @@
 """The stream-stream and foreign-key joins of the differential test as one worker process
 (``-A tests.joins.ss_crash_app``): inner, left and outer joins of ``<inputs>left`` and
-``<inputs>right`` over an asymmetric window with grace, and the inner and left foreign-key
+``<inputs>right`` over an asymmetric window with grace (the inner join twice: once with its
+buffers restored from the input topics, ``changelog="input"``), and the inner and left foreign-key
 joins of the tables built from the same two topics (tests/joins/apps.py). One process runs
 both, so that each SIGKILL of the crash test strikes both kinds of join.
 
@@ -15,7 +16,7 @@ import os
 from tests.joins.apps import join_app
 from tests.joins.data import Params
 
-STREAM_STREAM = ("ss-inner", "ss-left", "ss-outer")
+STREAM_STREAM = ("ss-inner", "ss-left", "ss-outer", "ss-inner-input")
 FOREIGN_KEY = ("fk-inner", "fk-left")
 KINDS = STREAM_STREAM + FOREIGN_KEY
 

@@ -5,11 +5,14 @@ edges, late records, null keys and values, keys on one side only, a foreign key 
 is deleted or points nowhere; tests/joins/data.py) is written to both topics first; one worker
 with the inner, left and outer stream-stream joins over the asymmetric window with grace and
 the inner and left foreign-key joins of the tables built from the same topics
-(tests/joins/ss_crash_app.py) then works through it and is SIGKILLed three times while it holds
-a transaction with join results in it, restarting each time on the same state directory (its
-join buffers and unmatched records restored from their changelogs, its join stream time with
-them; the foreign-key joins' tables and subscription stores with theirs, their subscription and
-response topics read from the committed offsets). Afterwards, read_committed:
+(tests/joins/ss_crash_app.py; the inner stream-stream join a second time with
+``changelog="input"``, its buffers restored from the input topics) then works through it and is
+SIGKILLed three times while it holds a transaction with join results in it. It restarts on the
+same state directory after the first and third kills, and on an empty one after the second, so
+that every store is restored from scratch once (its join buffers and unmatched records from
+their changelogs or inputs, its join stream time with them; the foreign-key joins' tables and
+subscription stores from theirs, their subscription and response topics read from the
+committed offsets). Afterwards, read_committed:
 
 - each stream-stream join's output is exactly the independent oracle's (tests/joins/oracle.py):
   every pair once, a null exactly for each record that never matched and none for one that
@@ -25,11 +28,13 @@ response topics read from the committed offsets). Afterwards, read_committed:
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
+from streams_app.kafka.ops_admin import OpsAdmin
 from streams_app.readback import ReadRecord, group_lag, read_topics, wait_committed
 from streams_app.testing.workers import WorkerProcess
 from tests.joins.apps import join_app
@@ -120,6 +125,8 @@ async def test_stream_stream_and_foreign_key_joins_exactly_once_through_three_si
             await wait_until(mid_transaction, timeout=60, interval=0.005)
             worker.kill()
             kills += 1
+            if kills == 2:  # every store restored from scratch on the next start
+                shutil.rmtree(tmp_path / "state")
             worker.start()
         await asyncio.to_thread(worker.wait_assigned)
 
@@ -141,6 +148,14 @@ async def test_stream_stream_and_foreign_key_joins_exactly_once_through_three_si
         if worker.running:
             worker.kill()
     assert worker.starts == KILLS + 1
+    # The buffers of ss-inner-input have no changelog topic (their inputs restored them);
+    # those of ss-inner have theirs.
+    async with OpsAdmin(bootstrap_servers) as admin:
+        topics = set(await admin.list_topics())
+    for role in ("left", "right"):
+        assert f"{app_id}-ss-inner-input-{role}-changelog" not in topics, sorted(topics)
+        plain = app.joins[f"{inputs}{LEFT}-join-{inputs}{RIGHT}"]  # ss-inner
+        assert plain.stores[role].changelog_topic_name in topics, sorted(topics)
     await wait_committed(bootstrap_servers, app_id, in_topics, outputs=out_topics)
 
     # The kills hit open transactions: records of aborted ones are visible read_uncommitted.
@@ -155,8 +170,9 @@ async def test_stream_stream_and_foreign_key_joins_exactly_once_through_three_si
     for kind in KINDS:
         records = sorted(committed[outputs + kind], key=lambda r: (r.partition, r.offset))
         rows = [row(r) for r in records]
+        definition = "ss-inner" if kind == "ss-inner-input" else kind  # the same join
         outcome = check(
-            kind, rows, data, reference=False, partitions=[r.partition for r in records]
+            definition, rows, data, reference=False, partitions=[r.partition for r in records]
         )
         assert outcome.rows > 0, kind
         if kind in FOREIGN_KEY:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from streams_app.runtime.actor import Feeder
     from streams_app.runtime.task import Task
     from streams_app.state.base import PartitionTransaction
+    from streams_app.state.restore import Accept
 
 #: ``listener(event, key, old, new)``: a table built from a topic changed ``key`` (old/new:
 #: the values before and after, ``MISSING`` where there was none, None... never: a tombstone
@@ -96,6 +97,11 @@ class JoinProcessor:
         return type(self).after_batch is not JoinProcessor.after_batch
 
     # -- state -----------------------------------------------------------------------------
+
+    def restore_filters(self) -> dict[str, Accept]:
+        """Input topic -> what restore applies of its records, for the join's stores whose
+        changelog is an input topic (none, but for :mod:`.stream_stream`'s)."""
+        return {}
 
     def state(self, task: TaskScope) -> Any:
         """The join's per-task state (:meth:`open` on first use, dropped at every abort)."""

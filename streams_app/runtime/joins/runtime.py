@@ -106,11 +106,14 @@ class JoinRuntime:
     def restore_filters(self) -> dict[str, Accept]:
         """Source topic -> what restore applies of its records, for the tables whose changelog
         is their source topic (``TaskManager.source_filters``)."""
-        return {
+        out = {
             table.source.name: restore_filter(table)
             for table in (s.table for s in self.sources.values())
             if table.source is not None and table.changelog_is_source
         }
+        for processor in self.processors.values():
+            out.update(processor.restore_filters())  # the plan lets one store have a topic
+        return out
 
     @property
     def has_after_batch(self) -> bool:

@@ -55,16 +55,20 @@ app's :class:`streams_app.JoinWindows` takes seconds and gives these.)
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from streams_app.codecs import Codec
+from streams_app.errors import InvalidTimestamp
+from streams_app.runtime import rpc
 from streams_app.runtime.joins.base import JoinProcessor
 from streams_app.runtime.joins.runtime import register
 from streams_app.state.base import PartitionTransaction
 from streams_app.state.composite import NO_TIME
 from streams_app.state.join_windows import (
+    BufferValueCodec,
     JoinWindowKeyCodec,
     JoinWindowTransaction,
     default_segment_ms,
@@ -81,9 +85,12 @@ from streams_app.topology.contract import current_event
 from streams_app.topology.description import STREAM_STREAM
 
 if TYPE_CHECKING:
+    from streams_app.app.topic import Topic
     from streams_app.runtime.actor import Feeder
     from streams_app.runtime.task import Task
+    from streams_app.state.restore import Accept
     from streams_app.topology.contract import Event, TaskScope
+    from streams_app.transport.base import RecordLike
 
 __all__ = [
     "HOWS",
@@ -98,6 +105,8 @@ __all__ = [
     "StreamStreamJoinState",
     "StreamStreamProcessor",
 ]
+
+log = logging.getLogger(__name__)
 
 INNER = "inner"
 LEFT_JOIN = "left"
@@ -164,6 +173,9 @@ class StreamStreamJoin:
 
     how: str
     windows: JoinWindows
+    #: By side: whether its buffer is restored from its input topic (``changelog="input"``:
+    #: :class:`~streams_app.state.join_windows.JoinWindowTransaction`'s ``from_input``).
+    from_input: tuple[bool, bool] = (False, False)
 
     def __post_init__(self) -> None:
         if self.how not in HOWS:
@@ -246,9 +258,10 @@ class StreamStreamJoinState:
         #: By side: how far before and after its time a record's partners may be.
         self.reach = ((windows.before, windows.after), (windows.after, windows.before))
         retention = windows.retention
+        from_left, from_right = join.from_input
         self.buffers = (
-            JoinWindowTransaction(left, _codec(left, JoinWindowKeyCodec), retention),
-            JoinWindowTransaction(right, _codec(right, JoinWindowKeyCodec), retention),
+            JoinWindowTransaction(left, _codec(left, JoinWindowKeyCodec), retention, from_left),
+            JoinWindowTransaction(right, _codec(right, JoinWindowKeyCodec), retention, from_right),
         )
         self.unmatched: UnmatchedTransaction | None = None
         if join.has_unmatched:
@@ -370,6 +383,48 @@ class StreamStreamJoinState:
 # -- in a worker --------------------------------------------------------------------------------
 
 
+def buffer_restore_filter(topic: Topic, codec: JoinWindowKeyCodec) -> Accept:
+    """What restore stores of a record of ``topic`` in the buffer it is the changelog of: what
+    :meth:`StreamStreamJoinState.process` puts, ``(entry, stored value)`` as
+    :meth:`JoinWindowTransaction.put` makes them (the record's bytes, tagged), or None for a
+    record it puts nothing for: no key or value, a key or value that does not decode (the
+    dispatcher dead-letters it), no valid time. A Faust request envelope is unwrapped as the
+    dispatcher unwraps it, and its inner value stored as processing stores it."""
+    loads_key, loads_value = topic.key_codec.loads, topic.value_codec.loads
+    from_payload = getattr(topic.value_codec, "from_payload", None)
+    stored = BufferValueCodec(topic.value_codec).stored
+
+    def accept(record: RecordLike) -> tuple[bytes, bytes | None] | None:
+        raw_key, raw = record.key, record.value
+        if raw_key is None or raw is None:
+            return None
+        try:
+            key = loads_key(raw_key)
+            headers = tuple(record.headers or ())
+            reply_to = rpc.request_headers(headers)[0] if headers else None
+            envelope = rpc.unwrap_envelope(raw) if reply_to is None and raw[:1] == b"{" else None
+            if envelope is not None:
+                payload = envelope[2]
+                value = from_payload(payload) if from_payload is not None else payload
+                value_bytes = stored(value, None)
+            else:
+                value = loads_value(raw)
+                value_bytes = stored(value, raw if reply_to is None else None)
+        except Exception:
+            return None
+        if key is None or value is None:
+            return None
+        timestamp = record.timestamp
+        if topic.timestamp_fn is not None or timestamp < 0:
+            try:
+                timestamp = topic.timestamp_of(timestamp, value, -1)
+            except InvalidTimestamp:
+                return None
+        return codec.entry(key, timestamp, record.offset), value_bytes
+
+    return accept
+
+
 class _Side:
     """The feeder of one side's topic: hands each record to the processor with its side."""
 
@@ -413,8 +468,31 @@ class StreamStreamProcessor(JoinProcessor):
         join = self.join
         assert join.before_ms is not None and join.after_ms is not None
         self.definition = StreamStreamJoin(
-            join.how, JoinWindows(join.before_ms, join.after_ms, join.grace_ms or 0)
+            join.how,
+            JoinWindows(join.before_ms, join.after_ms, join.grace_ms or 0),
+            (join.stores["left"].changelog_is_source, join.stores["right"].changelog_is_source),
         )
+        for role in ("left", "right"):
+            store = join.stores[role]
+            if store.source is not None:
+                log.info(
+                    "join %s: the %s buffer's changelog is its input topic %s (changelog='input')",
+                    join.name,
+                    role,
+                    store.source.name,
+                )
+
+    def restore_filters(self) -> dict[str, Accept]:
+        """Input topic -> what restore stores of its records, for each buffer restored from its
+        input (``changelog="input"``): the entry processing buffered, or None for a record it
+        did not buffer (no key or value, undecodable, no valid time)."""
+        out: dict[str, Accept] = {}
+        for role in ("left", "right"):
+            store = self.join.stores[role]
+            codec = store.key_codec
+            if store.source is not None and isinstance(codec, JoinWindowKeyCodec):
+                out[store.source.name] = buffer_restore_filter(store.source, codec)
+        return out
 
     def feeders(self) -> Iterable[tuple[str, Feeder]]:
         join = self.join
