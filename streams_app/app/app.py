@@ -281,6 +281,16 @@ class App:
             if table is not None and table.partitions is None:
                 table.partitions = partitions
 
+    def own_changelogs(self) -> set[str]:
+        """The changelog topics of the app's tables that are topics of their own: not a
+        table's source topic serving as its changelog (an input of the app, which reset must
+        not delete and ``send`` must not refuse)."""
+        return {
+            table.changelog_topic_name
+            for table in self.tables.values()
+            if not (table.source is not None and table.changelog_is_source)
+        }
+
     def join_stores(self) -> list[Any]:
         """The stores joins keep, and the record times tables keep for joins (tables of the
         topology, not the app's: ``app.tables`` does not list them)."""

@@ -147,8 +147,7 @@ def framework_topic(app: App, name: str) -> str | None:
     dead_letters |= {dead_letter_topic(conf, a.channel.name) for a in app.agents}
     if name in dead_letters or name.endswith(".dlq"):
         return "a dead-letter topic (the worker writes failed records there)"
-    changelogs = {t.changelog_topic_name for t in app.tables.values()}
-    if name in changelogs or name.endswith("-changelog"):
+    if name in app.own_changelogs() or name.endswith("-changelog"):
         return "a table's changelog (writing it by hand changes the table behind the worker)"
     topic = app.topics.get(name)
     if (topic is not None and topic.internal) or name.endswith("-repartition"):

@@ -58,7 +58,9 @@ class ResetPlan:
 
 def internal_topics(app: App, topics: list[str]) -> list[str]:
     """The app's changelogs and repartition topics among ``topics``."""
-    changelogs = {table.changelog_topic_name for table in app.tables.values()}
+    # Not a source topic serving as a table's changelog: an input (nor the input of a join
+    # buffer declared with changelog="input": a join store, not listed).
+    changelogs = app.own_changelogs()
     prefix = f"{app.id}-"
     # Repartition topics are named after the agent that re-keys, as Faust names them
     # (``<agent>-<source>-<label>-repartition``), not after the app: both prefixes count.
