@@ -677,6 +677,11 @@ def why_not_input(how: str, role: str, topic: Topic, other: Topic, retention_ms:
     size = config.get("retention.bytes")
     if size is not None and int(size) >= 0:
         return f"topic {topic.name!r} declares retention.bytes={size}, which may delete records"
+    if topic.on_invalid_timestamp == "partition_time":
+        return (
+            f"topic {topic.name!r} gives a record without a valid time its partition's time "
+            "(on_invalid_timestamp), which a restore from part-way cannot know"
+        )
     return None
 
 

@@ -100,6 +100,14 @@ def test_an_input_that_cannot_restore_its_buffer_leaves_it_a_changelog() -> None
     assert sources(streams_app.App("ic-long"), **{"retention.ms": 121_000}) == (True, True)
     assert sources(streams_app.App("ic-forever"), **{"retention.ms": -1}) == (True, True)
     assert sources(streams_app.App("ic-sized"), **{"retention.bytes": 10**9}) == (False, True)
+    partition_time = streams_app.App("ic-partition-time")
+    orders, payments = orders_payments(partition_time)
+    clicks = partition_time.topic("clicks", key_type=str, on_invalid_timestamp="partition_time")
+    join = orders.join(clicks, JoinWindows(60), changelog="input").join
+    assert (join.stores["left"].changelog_is_source, join.stores["right"].changelog_is_source) == (
+        True,
+        False,
+    )
     # A left join's left records get nulls: its input never restores that buffer.
     assert sources(streams_app.App("ic-left"), "left") == (False, True)
 
