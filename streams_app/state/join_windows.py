@@ -38,7 +38,9 @@ entries that moved it. An entry is *retained* while ``timestamp > observed - ret
   changelog tombstone in the transaction (the changelog stays compacted, as windowed tables'
   changelogs do: docs/windows.md says why not ``compact,delete``).
 
-What is found therefore never depends on when expiry ran.
+What is found therefore never depends on when expiry ran. A join fetches the *other* side's
+store before it puts a record into *its own*, as Kafka Streams' ``KStreamJoinWindow`` forwards
+a record to the join before storing it.
 
 **A buffer restored from its input topic** (a join declared with ``changelog="input"``,
 docs/joins.md) has no changelog of its own, so restore writes its input's records as entries
@@ -48,9 +50,7 @@ stream time entry and every entry's time from that entry's segment on, once, whe
 needed: the record with the largest time is always stored (it is never older than retention)
 and never expired (its segment is the newest), so that is the time processing had observed. A
 record that processing found too late and restore stored anyway is older than retention for
-good: no fetch returns it, and expiry deletes it with its segment. A join fetches the *other* side's
-store before it puts a record into *its own*, as Kafka Streams' ``KStreamJoinWindow`` forwards
-a record to the join before storing it.
+good: no fetch returns it, and expiry deletes it with its segment.
 
 **Fetch cache.** In a one-to-many join (a user's record and that user's many events, an ad
 impression and its clicks) every record of the many side fetches the same few records of the

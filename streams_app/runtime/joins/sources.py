@@ -25,6 +25,7 @@ from streams_app.topology.contract import MISSING, Event
 
 if TYPE_CHECKING:
     from streams_app.app.table import Table
+    from streams_app.app.topic import Topic
     from streams_app.runtime.joins.base import TableListener
     from streams_app.runtime.task import Task
     from streams_app.state.restore import Accept
@@ -123,11 +124,19 @@ def restore_filter(table: Table) -> Accept:
             value = None if record.value is None else loads_value(record.value)
         except Exception:
             return None
-        if topic.timestamp_fn is not None or record.timestamp < 0:
-            try:
-                topic.timestamp_of(record.timestamp, value, -1)
-            except InvalidTimestamp:
-                return None
+        if restored_time(topic, record.timestamp, value) is None:
+            return None
         return dumps_key(key), None if value is None else dumps_value(value)
 
     return accept
+
+
+def restored_time(topic: Topic, timestamp: int, value: Any) -> int | None:
+    """A source record's time as processing gives it, seen from restore (which knows no
+    partition time); None where processing dead-letters the record for having none."""
+    if topic.timestamp_fn is None and timestamp >= 0:
+        return timestamp
+    try:
+        return topic.timestamp_of(timestamp, value, -1)
+    except InvalidTimestamp:
+        return None

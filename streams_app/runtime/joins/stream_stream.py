@@ -61,10 +61,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from streams_app.codecs import Codec
-from streams_app.errors import InvalidTimestamp
 from streams_app.runtime import rpc
 from streams_app.runtime.joins.base import JoinProcessor
 from streams_app.runtime.joins.runtime import register
+from streams_app.runtime.joins.sources import restored_time
 from streams_app.state.base import PartitionTransaction
 from streams_app.state.composite import NO_TIME
 from streams_app.state.join_windows import (
@@ -414,12 +414,9 @@ def buffer_restore_filter(topic: Topic, codec: JoinWindowKeyCodec) -> Accept:
             return None
         if key is None or value is None:
             return None
-        timestamp = record.timestamp
-        if topic.timestamp_fn is not None or timestamp < 0:
-            try:
-                timestamp = topic.timestamp_of(timestamp, value, -1)
-            except InvalidTimestamp:
-                return None
+        timestamp = restored_time(topic, record.timestamp, value)
+        if timestamp is None:
+            return None
         return codec.entry(key, timestamp, record.offset), value_bytes
 
     return accept
@@ -489,8 +486,9 @@ class StreamStreamProcessor(JoinProcessor):
         out: dict[str, Accept] = {}
         for role in ("left", "right"):
             store = self.join.stores[role]
-            codec = store.key_codec
-            if store.source is not None and isinstance(codec, JoinWindowKeyCodec):
+            if store.source is not None:
+                codec = store.key_codec
+                assert isinstance(codec, JoinWindowKeyCodec)  # app/joins.py declares it so
                 out[store.source.name] = buffer_restore_filter(store.source, codec)
         return out
 
