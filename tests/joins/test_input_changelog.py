@@ -7,6 +7,7 @@ by the real worker on the in-memory Kafka model. The real broker: test_stream_st
 
 from __future__ import annotations
 
+import json
 import shutil
 from types import SimpleNamespace
 from typing import Any
@@ -271,3 +272,61 @@ async def test_a_buffer_comes_back_from_its_input_after_its_state_is_lost(
             await driver.run_until_idle()
             got = [(r.key, tuple(r.value), r.timestamp) for r in await driver.read("matched")]
             assert got == [*expected, ("c", ("o3", None), t + 20_000)]
+
+
+def odd_inputs_app() -> streams_app.App:
+    app = streams_app.App("ic-odd", topic_partitions=1)
+    orders, payments = orders_payments(app)
+    out = app.topic("matched", key_type=str, value_type=list)
+    orders.join(payments, JoinWindows(60), changelog="input").to(out)
+    return app
+
+
+def odd_orders(t: int) -> list[Input]:
+    """Orders the dispatcher decides differently about: a plain one, an undecodable one (dead-
+    lettered), a Faust request envelope (its inner value joins), a tombstone (nothing buffered),
+    and one with Faust's reply headers (its value joins as it decodes)."""
+    envelope = {
+        "__faust": {"ns": "@ReqRepRequest"},
+        "reply_to": "replies",
+        "correlation_id": "c-1",
+        "value": {"n": 3},
+    }
+    reply = [("Faust-Ag-ReplyTo", b"replies"), ("Faust-Ag-CorrelationId", b"c-2")]
+    return [
+        Input(b"a", b'{"n": 1}', timestamp=t),
+        Input(b"b", b"{not json", timestamp=t + 1),
+        Input(b"c", json.dumps(envelope).encode(), timestamp=t + 2),
+        Input(b"d", None, timestamp=t + 3),
+        Input(b"e", b'{"n":5}', reply, timestamp=t + 4),
+    ]
+
+
+@pytest.mark.streams_backends("memory")
+@pytest.mark.parametrize("lose_state", [False, True], ids=["kept", "restored-from-input"])
+async def test_restore_from_the_input_decides_each_record_as_the_dispatcher_did(
+    topology_driver: DriverFactory, lose_state: bool
+) -> None:
+    """The orders' buffer gets the same entries from processing and from restore, record by
+    record, for each kind of record the dispatcher treats apart: after the state is lost, the
+    payments pair with exactly the orders they pair with when it is kept, and the undecodable
+    order is dead-lettered once (restore skips it, it does not dead-letter it again)."""
+    async with topology_driver(odd_inputs_app()) as driver:
+        t = 1_000_000
+        await driver.pipe_many("orders", odd_orders(t), raw=True)
+        await driver.run_until_idle()
+        assert await driver.read("matched") == []
+        if lose_state:
+            await driver.crash()
+            shutil.rmtree(driver.workers[0].state_dir, ignore_errors=True)
+            await driver.restart()
+        await driver.pipe_many("payments", [Input(k, {"p": k}, timestamp=t + 10) for k in "abcde"])
+        await driver.run_until_idle()
+        got = [(r.key, tuple(r.value), r.timestamp) for r in await driver.read("matched")]
+        assert got == [
+            ("a", ({"n": 1}, {"p": "a"}), t + 10),
+            ("c", ({"n": 3}, {"p": "c"}), t + 10),
+            ("e", ({"n": 5}, {"p": "e"}), t + 10),
+        ]
+        dead = await driver.read("orders.dlq")
+        assert [r.value for r in dead] == [b"{not json"], dead
