@@ -160,12 +160,21 @@ async def test_a_crash_after_the_commit_restores_the_store_from_the_changelog(
         await driver.run_until_crash()
         # The broker answered EndTxn before writing the markers; the driver waits for them.
         assert await driver.backend.open_transactions(["inventory", "notifications"]) == []
-        # Committed in Kafka, not yet applied to RocksDB: the changelog has it.
+        # Committed in Kafka, not yet applied to RocksDB: the changelog has it. On the real
+        # broker the first transaction may hold only the orders of the partitions fetched
+        # first: each item's reservations so far are the first of what it must get, and the
+        # stock table is what they leave.
         inventory, _notifications, stock = expected_outputs({})
-        assert_output(await driver.read("inventory"), inventory)
-        assert_table(await driver.table("stock"), stock, table="stock")
+        committed = [r.key_value for r in await driver.read("inventory")]
+        assert committed, "the crash came after a commit without a reservation"
+        for item in {key for key, _ in committed}:
+            seen = [r for r in committed if r[0] == item]
+            assert seen == [r for r in inventory if r[0] == item][: len(seen)], item
+        then = {item: reservation.stock_after for item, reservation in committed}
+        assert_table(await driver.table("stock"), then, table="stock")
 
         await driver.restart()  # restores the changelog tail into the surviving store
+        await driver.run_until_idle()  # the rest counts on the restored stock
         assert await driver.table("stock", source="store") == stock
         assert_output(await driver.read("inventory"), inventory)  # and nothing twice
 
