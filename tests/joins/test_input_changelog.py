@@ -85,7 +85,7 @@ def test_an_input_that_cannot_restore_its_buffer_leaves_it_a_changelog() -> None
     naming why for each side. (The window keeps a record 121 s: 60 s either side, 1 s of
     grace.)"""
 
-    def sources(app: streams_app.App, how: str = "inner", **config: Any) -> tuple[bool, bool]:
+    def sources(app: streams_app.App, how: Any = "inner", **config: Any) -> tuple[bool, bool]:
         orders, payments = orders_payments(app, **config)
         join = (orders.join if how == "inner" else orders.left_join)(
             payments, JoinWindows(60, grace=1), changelog="input"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,21 @@ pytestmark = pytest.mark.kafka
 
 ORDERS = 40
 T = 1_700_000_000_000
+
+
+def rec(topic: str, n: int, value: str, ts: int) -> Rec:
+    """Record ``n`` of ``topic`` (orders or payments): key ``k<n>``, in the same partition in
+    both topics."""
+    return Rec(topic, n % 2, f"k{n}", value, ts)
+
+
+async def send_inputs(bootstrap: str, prefix: str, records: list[Rec]) -> None:
+    """``records`` to the app's input topics under ``prefix``, encoded as the app declares them
+    (str keys and values)."""
+    codecs = input_changelog_app.orders
+    await produce(
+        bootstrap, prefix, records, key=codecs.key_codec.dumps, value=codecs.value_codec.dumps
+    )
 
 
 async def test_the_buffers_come_back_from_the_inputs_after_the_state_is_lost(
@@ -49,18 +65,8 @@ async def test_the_buffers_come_back_from_the_inputs_after_the_state_is_lost(
     async def drained() -> bool:
         return not await group_lag(bootstrap_servers, app_id, inputs)
 
-    def rec(topic: str, n: int, value: str, ts: int) -> Rec:
-        return Rec(topic, n % 2, f"k{n}", value, ts)  # a key's partition in both topics
-
-    async def send(records: list[Rec]) -> None:
-        codecs = input_changelog_app.orders  # str keys and values, as the app declares them
-        await produce(
-            bootstrap_servers,
-            prefix,
-            records,
-            key=codecs.key_codec.dumps,
-            value=codecs.value_codec.dumps,
-        )
+    def send(records: list[Rec]) -> Awaitable[None]:
+        return send_inputs(bootstrap_servers, prefix, records)
 
     try:
         # Orders first, each a second apart; one payment that finds its order at once.

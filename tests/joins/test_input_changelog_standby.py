@@ -14,6 +14,7 @@ they came, or left them out, would pair none of the moved partitions' payments.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from streams_app.readback import read_topics, wait_committed
 from tests.joins import input_changelog_app
 from tests.joins.data import Rec
 from tests.joins.test_enrichment_standby import standby_offsets
-from tests.joins.test_vs_kafka_streams import produce
+from tests.joins.test_input_changelog_kafka import rec, send_inputs
 from tests.runtime.helpers import KafkaObserver, app_workers, wait_until
 from tests.runtime.test_standby import last_assignment, restores, start_with_standbys
 from tests.windows.test_vs_kafka_streams import create_topics
@@ -42,18 +43,8 @@ async def test_a_promoted_standby_of_a_buffer_restored_from_its_input_pairs_ever
     orders, payments = prefix + "orders", prefix + "payments"
     await create_topics(bootstrap_servers, [orders, payments], 2)
 
-    def rec(topic: str, n: int, value: str, ts: int) -> Rec:
-        return Rec(topic, n % 2, f"k{n}", value, ts)  # a key's partition in both topics
-
-    async def send(records: list[Rec]) -> None:
-        codecs = input_changelog_app.orders  # str keys and values, as the app declares them
-        await produce(
-            bootstrap_servers,
-            prefix,
-            records,
-            key=codecs.key_codec.dumps,
-            value=codecs.value_codec.dumps,
-        )
+    def send(records: list[Rec]) -> Awaitable[None]:
+        return send_inputs(bootstrap_servers, prefix, records)
 
     env = {
         "STREAMS_APP_BROKER": bootstrap_servers,

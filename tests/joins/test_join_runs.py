@@ -226,7 +226,10 @@ async def test_a_run_where_every_record_awaits_is_gone_through_in_a_loop() -> No
     async def buffered(n: int) -> None:
         done.append(n)
 
-    events = [Event("orders", 0, n, n, "k", "v", (), b"k", b"v", None) for n in range(5_000)]
+    events = [
+        Event("orders", 0, n, n, "k", "v", (), b"k", b"v", None)  # type: ignore[arg-type]
+        for n in range(5_000)
+    ]
     rest = processor.run(lambda event: buffered(event.offset), events)
     assert rest is not None
     await rest
