@@ -57,6 +57,53 @@ async def standby_offsets(worker: WorkerProcess, topic: str) -> dict[int, int | 
     }
 
 
+async def fail_over_to_standby(
+    observer: KafkaObserver,
+    leaving: WorkerProcess,
+    staying: WorkerProcess,
+    group: str,
+    topic: str,
+    store: str,
+) -> dict[int, int]:
+    """Start both workers with standbys of each other's tasks; once ``group`` has committed
+    ``topic`` to its end and ``staying``'s standbys of ``leaving``'s partitions of it stand
+    there, stop ``leaving``: ``staying`` takes those tasks over from its standby's ``store``,
+    not wiped, with nothing left to read. Returns the end offset of each moved partition."""
+    await start_with_standbys(leaving, staying)
+    await wait_until(lambda: observer.committed_equals_end(group, topic), timeout=120, interval=0.2)
+    moved = last_assignment(leaving)
+    assert moved and moved.isdisjoint(last_assignment(staying)), "tasks not split"
+    ends = {
+        tp.partition: end
+        for tp, end in (
+            await observer.consumer.end_offsets(await observer.partitions(topic))
+        ).items()
+    }
+
+    # The standby follows the committed offset (here the end: all processed).
+    async def standby_caught_up() -> bool:
+        found = await standby_offsets(staying, topic)
+        return all(found.get(p) == ends[p] for p in moved)
+
+    await wait_until(standby_caught_up, timeout=60, interval=0.2)
+
+    assert leaving.terminate() == 0, leaving.tail()
+    await wait_until(lambda: last_assignment(staying) == {0, 1}, timeout=60)
+
+    async def took_over() -> bool:  # its restores done (the task is running)
+        found = await restores(staying, store)
+        return all(found.get(p) is not None for p in moved)
+
+    await wait_until(took_over, timeout=60, interval=0.2)
+    restored = await restores(staying, store)
+    for p in moved:
+        restore = restored[p]
+        assert restore is not None
+        assert not restore["wiped"], restore
+        assert restore["stored_offset"] == restore["from_offset"] == ends[p], restore
+    return {p: ends[p] for p in moved}
+
+
 async def test_a_promoted_standby_of_a_table_built_from_a_topic_holds_what_processing_stored(
     bootstrap_servers: str, unique: str, tmp_path: Path
 ) -> None:
@@ -77,40 +124,7 @@ async def test_a_promoted_standby_of_a_table_built_from_a_topic_holds_what_proce
     )
     async with KafkaObserver(bootstrap_servers) as observer:
         try:
-            await start_with_standbys(leaving, staying)
-            await wait_until(
-                lambda: observer.committed_equals_end(group, customers), timeout=120, interval=0.2
-            )
-            moved = last_assignment(leaving)
-            assert moved and moved.isdisjoint(last_assignment(staying)), "tasks not split"
-            ends = {
-                tp.partition: end
-                for tp, end in (
-                    await observer.consumer.end_offsets(await observer.partitions(customers))
-                ).items()
-            }
-
-            # The standby follows the committed offset (here the end: all processed).
-            async def standby_caught_up() -> bool:
-                found = await standby_offsets(staying, customers)
-                return all(found.get(p) == ends[p] for p in moved)
-
-            await wait_until(standby_caught_up, timeout=60, interval=0.2)
-
-            assert leaving.terminate() == 0, leaving.tail()
-            await wait_until(lambda: last_assignment(staying) == {0, 1}, timeout=60)
-
-            async def took_over() -> bool:  # its restores done (the task is running)
-                found = await restores(staying, "customers")
-                return all(found.get(p) is not None for p in moved)
-
-            await wait_until(took_over, timeout=60, interval=0.2)
-            restored = await restores(staying, "customers")
-            for p in moved:
-                restore = restored[p]
-                assert restore is not None
-                assert not restore["wiped"], restore
-                assert restore["stored_offset"] == restore["from_offset"] == ends[p], restore
+            await fail_over_to_standby(observer, leaving, staying, group, customers, "customers")
 
             await produce(
                 bootstrap_servers,

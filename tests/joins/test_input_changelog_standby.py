@@ -22,10 +22,9 @@ import pytest
 from streams_app.readback import read_topics, wait_committed
 from tests.joins import input_changelog_app
 from tests.joins.data import Rec
-from tests.joins.test_enrichment_standby import standby_offsets
+from tests.joins.test_enrichment_standby import fail_over_to_standby
 from tests.joins.test_input_changelog_kafka import rec, send_inputs
 from tests.runtime.helpers import KafkaObserver, app_workers, wait_until
-from tests.runtime.test_standby import last_assignment, restores, start_with_standbys
 from tests.windows.test_vs_kafka_streams import create_topics
 
 pytestmark = pytest.mark.kafka
@@ -60,41 +59,8 @@ async def test_a_promoted_standby_of_a_buffer_restored_from_its_input_pairs_ever
     await send([rec("orders", n, f"o{n}", T + n * 1_000) for n in range(ORDERS)])
     async with KafkaObserver(bootstrap_servers) as observer:
         try:
-            await start_with_standbys(leaving, staying)
-            await wait_until(
-                lambda: observer.committed_equals_end(app_id, orders), timeout=120, interval=0.2
-            )
-            moved = last_assignment(leaving)
-            assert moved and moved.isdisjoint(last_assignment(staying)), "tasks not split"
-            ends = {
-                tp.partition: end
-                for tp, end in (
-                    await observer.consumer.end_offsets(await observer.partitions(orders))
-                ).items()
-            }
-            assert all(ends[p] > 0 for p in moved), ends
-
-            # The standby stops at the committed offset of its source partition (the end here).
-            async def standby_caught_up() -> bool:
-                found = await standby_offsets(staying, orders)
-                return all(found.get(p) == ends[p] for p in moved)
-
-            await wait_until(standby_caught_up, timeout=60, interval=0.2)
-
-            assert leaving.terminate() == 0, leaving.tail()
-            await wait_until(lambda: last_assignment(staying) == {0, 1}, timeout=60)
-
-            async def took_over() -> bool:  # its restores done (the task is running)
-                found = await restores(staying, BUFFER)
-                return all(found.get(p) is not None for p in moved)
-
-            await wait_until(took_over, timeout=60, interval=0.2)
-            restored = await restores(staying, BUFFER)
-            for p in moved:
-                restore = restored[p]
-                assert restore is not None
-                assert not restore["wiped"], restore
-                assert restore["stored_offset"] == restore["from_offset"] == ends[p], restore
+            moved = await fail_over_to_standby(observer, leaving, staying, app_id, orders, BUFFER)
+            assert all(end > 0 for end in moved.values()), moved
 
             # Every payment after the failover: the moved partitions' orders are only in the
             # promoted standby's buffer (nothing was read from the topic at the takeover).
