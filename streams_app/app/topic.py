@@ -12,7 +12,13 @@ from streams_app.app import joins
 from streams_app.app.windows import Duration, instant_ms
 from streams_app.codecs import Codec, CodecSpec, RecordCodec, codec_for, plain_of
 from streams_app.errors import InvalidTimestamp, TopologyError
-from streams_app.topology.contract import Collected, ResultRow, SendFuture, current_runtime
+from streams_app.topology.contract import (
+    Collected,
+    ResultRow,
+    SendFuture,
+    SourcedRow,
+    current_runtime,
+)
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
@@ -448,6 +454,50 @@ class Topic:
                 else value_codec.dumps(v),
                 timestamp,
                 trigger,
+            )
+            for _, k, v, timestamp, trigger in results
+        ]
+
+    def encode_sourced_run(
+        self, results: Sequence[Collected], header: str, prefix: bytes, raw_keys: bool
+    ) -> list[SourcedRow]:
+        """:meth:`encode_results` of a run whose every result has its record (``trigger``),
+        each row with the header ``header: prefix + <the record's offset>`` (its lineage: the
+        record collector's ``send_results_nowait``), in the same comprehension. ``raw_keys``:
+        each result's key is its record's decoded key and this topic's key codec would encode
+        it back to the record's key bytes, which are taken as they are (a text key, decoded
+        and encoded again, is the same UTF-8). Some 100 ns a result fewer than encoding, then
+        heading each row in a second pass (BENCHMARKS.md)."""
+        value_plain, value_dumps, value_codec = (
+            self._value_plain,
+            self._value_dumps,
+            self._value_codec,
+        )
+        if raw_keys:
+            return [
+                (
+                    trigger.raw_key,  # type: ignore[union-attr]
+                    None
+                    if v is None
+                    else value_dumps(v)
+                    if type(v) is value_plain
+                    else value_codec.dumps(v),
+                    [(header, prefix + b"%d" % trigger.offset)],  # type: ignore[union-attr]
+                    timestamp,
+                )
+                for _, _k, v, timestamp, trigger in results
+            ]
+        key_plain, key_dumps, key_codec = self._key_plain, self._key_dumps, self._key_codec
+        return [
+            (
+                None if k is None else key_dumps(k) if type(k) is key_plain else key_codec.dumps(k),
+                None
+                if v is None
+                else value_dumps(v)
+                if type(v) is value_plain
+                else value_codec.dumps(v),
+                [(header, prefix + b"%d" % trigger.offset)],  # type: ignore[union-attr]
+                timestamp,
             )
             for _, k, v, timestamp, trigger in results
         ]

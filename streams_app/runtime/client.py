@@ -78,6 +78,9 @@ class ClientRuntime:
     def send_run_nowait(self, topic: str, *_args: Any) -> int:
         return 0  # nor for runs: each one is sent with send()
 
+    def send_results_nowait(self, *_args: Any) -> int:
+        return 0
+
     async def send_encoded(
         self,
         topic: str,

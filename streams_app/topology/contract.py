@@ -86,6 +86,10 @@ class TopicLike(Protocol):
 
     def encode_results(self, results: Sequence[Collected]) -> list[ResultRow]: ...
 
+    def encode_sourced_run(
+        self, results: Sequence[Collected], header: str, prefix: bytes, raw_keys: bool
+    ) -> list[SourcedRow]: ...
+
     async def send(
         self,
         *,
@@ -222,6 +226,16 @@ class Runtime(Protocol):
         headers) would be, in order, without awaiting: how many of them, from the first, went
         (the caller sends the rest with :meth:`send`). A join sends its results this way,
         a run of input records at a time: the checks of :meth:`send_nowait` are made once."""
+
+    def send_results_nowait(
+        self, topic: TopicLike, results: Sequence[Collected], raw_keys: bool
+    ) -> int:
+        """:meth:`send_run_nowait` of the results of *one run of one partition's records*,
+        each with the record it came of, encoded here (``topic``'s codecs) together with their
+        lineage header in one pass (``raw_keys``: each result's key is its record's, sent as
+        the record's own key bytes, which the topic's key codec would give again). How many
+        of them, from the first, went; the caller sends the rest as after
+        :meth:`send_run_nowait`."""
 
     async def send_encoded(
         self,
@@ -478,5 +492,8 @@ ResultRow = tuple[bytes | None, bytes | None, int, Event | None]
 #: A result a run collected before sending (a join's): ``(task, key, value, timestamp_ms,
 #: trigger)``, the key and value decoded; :meth:`TopicLike.encode_results` makes its row.
 Collected = tuple[TaskScope, Any, Any, int, Event | None]
+#: A result as :meth:`TopicLike.encode_sourced_run` makes it, ready for the producer's batch:
+#: key and value encoded, its one header (where it came from), the timestamp (ms).
+SourcedRow = tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]
 current_task: ContextVar[TaskScope | None] = ContextVar("streams_app_current_task", default=None)
 current_runtime: ContextVar[Runtime | None] = ContextVar("streams_app_runtime", default=None)

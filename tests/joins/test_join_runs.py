@@ -341,3 +341,35 @@ async def test_a_put_failing_mid_run_dead_letters_that_record_only(
         ]
         dead = await driver.read("orders.dlq")
         assert [d.header(H_SOURCE_OFFSET) for d in dead] == [str(piped[17].offset).encode()]
+
+
+async def test_a_stream_table_run_is_encoded_and_headed_in_one_pass(
+    topology_driver: DriverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream-table join's run goes out through ``send_results_nowait``: each result
+    encoded and given its record's lineage header in one pass, its key the record's own bytes
+    where both key codecs are plain text; a sink whose keys are JSON gets them encoded as
+    JSON (the record's bytes would not decode there)."""
+    app, _ = enrichment(set())
+    keyed_json = app.topic("enriched-json", key_serializer="json", value_type=str)
+    join = next(iter(app.joins.values()))
+    join.to(keyed_json)
+    passes: list[tuple[str, bool]] = []
+    real = Topic.encode_sourced_run
+
+    def counting(self: Topic, results: Any, header: str, prefix: bytes, raw: bool) -> Any:
+        passes.append((self.name, raw))
+        return real(self, results, header, prefix, raw)
+
+    monkeypatch.setattr(Topic, "encode_sourced_run", counting)
+    async with topology_driver(app) as driver:
+        await _runs(driver, app, monkeypatch)
+        piped = await driver.pipe_many("orders", orders())
+        await driver.run_until_idle()
+        assert ("enriched", True) in passes and ("enriched-json", False) in passes
+        assert not any(raw for name, raw in passes if name == "enriched-json")
+        offsets = [p.offset for p, i in zip(piped, orders(), strict=True) if i.value is not None]
+        for name in ("enriched", "enriched-json"):
+            out = await driver.read(name)
+            assert [(r.key, r.value) for r in out] == expected()
+            assert [r.lineage[2] if r.lineage else -1 for r in out] == offsets

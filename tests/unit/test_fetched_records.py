@@ -16,7 +16,8 @@ from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.record.util import calc_crc32c
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from streams_app.kafka.fetched import FetchedRecord, lean_records
+from streams_app.kafka import fetched
+from streams_app.kafka.fetched import FetchedRecord, corrupt_batches, lean_records
 from streams_app.transport.base import RecordLike
 
 TP = TopicPartition("orders", 3)
@@ -133,9 +134,10 @@ def _result(
     fetcher = _Fetcher()
     if lean:
         lean_records(fetcher)
-    records = PartitionRecords(
-        TP, MemoryRecords(data), aborted, fetch_offset, None, None, True, READ_COMMITTED
-    )
+    # The lean fetcher's record sets are made as aiokafka's fetcher makes them once it is
+    # installed: through the wrapper that remembers their bytes for the CRC check.
+    made = fetched._memory_records(data) if lean else MemoryRecords(data)
+    records = PartitionRecords(TP, made, aborted, fetch_offset, None, None, True, READ_COMMITTED)
     fetcher._records[TP] = FetchResult(
         TP, assignment=_Assignment(), partition_records=records, backoff=0
     )
@@ -242,6 +244,37 @@ def test_a_corrupt_batch_raises_as_aiokafka_does() -> None:
         with pytest.raises(CorruptRecordException):
             result.getall(None)
         assert result._assignment.position.offsets == []
+
+
+def test_crcs_are_checked_per_fetch_with_the_cpu_instruction() -> None:
+    """The lean fetcher checks every batch of a fetch with the ``crc32c`` package, not with
+    aiokafka's ``validate_crc``; it finds the batch aiokafka finds (only that one), and the
+    records before the corrupt batch are handed over as aiokafka hands them over."""
+    import aiokafka.consumer.fetcher as aiokafka_fetcher
+
+    first, second, third = _batch(0, 2), bytearray(_batch(2, 3)), _batch(5, 1)
+    second[40] ^= 0x01  # inside the CRC's range (from byte 21): the max timestamp
+    data = first + bytes(second) + third
+    assert corrupt_batches(first + third) == frozenset()
+    assert corrupt_batches(data) == {2}
+    assert corrupt_batches(data[:-5]) == {2}  # a batch cut off at the end: not checked
+    legacy = bytearray(first)
+    legacy[16] = 1  # magic v1: left to aiokafka
+    assert corrupt_batches(bytes(legacy)) is None
+
+    fetcher = _Fetcher()
+    lean_records(fetcher)
+    assert aiokafka_fetcher.MemoryRecords is fetched._memory_records  # what the fetcher calls
+    result = _result(data, None, True)
+    unpacker = result._partition_records._records_iterator
+    assert unpacker._corrupt == {2}  # decided from the bytes, not by validate_crc
+    assert [r.offset for r in result.getall(2)] == [0, 1]
+    with pytest.raises(CorruptRecordException):
+        result.getall(None)
+    plain = _result(data, None, False)
+    assert [r.offset for r in plain.getall(2)] == [0, 1]
+    with pytest.raises(CorruptRecordException):
+        plain.getall(None)
 
 
 def test_a_take_of_none_and_a_result_stored_again() -> None:

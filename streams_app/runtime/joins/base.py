@@ -28,11 +28,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from streams_app.codecs import reads_raw_text
 from streams_app.runtime.scope import in_processing
 from streams_app.topology.contract import (
     Event,
     ResultRow,
     TaskScope,
+    TopicLike,
     current_event,
     current_runtime,
     current_task,
@@ -62,6 +64,11 @@ class JoinProcessor:
 
     #: The JoinDecl kind it runs (``stream-table``, ``stream-stream``, ...).
     kind: ClassVar[str]
+    #: Whether every result a run collects (:meth:`run`, :meth:`_run_on`, a processor's own
+    #: loop) is of a record of that run, the record's position current when it was made, and
+    #: keyed with that record's decoded key: its runs then go out ``sourced``
+    #: (:meth:`_send_run`).
+    keys_are_triggers: bool = False
 
     def __init__(self, join: Join, readers: Readers) -> None:
         self.join = join
@@ -69,6 +76,8 @@ class JoinProcessor:
         self.label = f"join:{join.name}"
         self._readers = readers
         self._left_key = join.left_topic.key_codec.dumps
+        #: Sink topic -> whether its results keep their records' key bytes (:meth:`_raw_keys`).
+        self._raw_key_sinks: dict[str, bool] = {}
         #: While :meth:`run` goes through a run of records: the results :meth:`emit_nowait`
         #: made, ``(task, key, value, timestamp, trigger)``, sent when the run is done.
         self._collecting: list[tuple[TaskScope, Any, Any, int, Event | None]] | None = None
@@ -192,7 +201,7 @@ class JoinProcessor:
         ``current_event`` on itself: the dispatcher names it in the failure."""
         collecting, rest, at = self._collect(forward_nowait, events, 0)
         if rest is None:
-            return self._send_run(collecting)
+            return self._send_run(collecting, self.keys_are_triggers)
         return self._run_on(collecting, rest, forward_nowait, events, at)
 
     def _collect(
@@ -232,7 +241,7 @@ class JoinProcessor:
         next record that needs an await, and so on (a loop: with ``grace=`` every record
         does)."""
         while True:
-            sending = self._send_run(collecting)
+            sending = self._send_run(collecting, self.keys_are_triggers)
             if sending is not None:
                 await sending
             if rest is None:
@@ -242,20 +251,47 @@ class JoinProcessor:
             collecting, rest, at = self._collect(forward_nowait, events, at + 1)
 
     def _send_run(
-        self, results: list[tuple[TaskScope, Any, Any, int, Event | None]]
+        self,
+        results: list[tuple[TaskScope, Any, Any, int, Event | None]],
+        sourced: bool = False,
     ) -> Awaitable[None] | None:
         """A run's results to the join's topics (``Runtime.send_run_nowait``) and readers,
-        as :meth:`emit` would send each: None when done, else the rest to await."""
+        as :meth:`emit` would send each: None when done, else the rest to await.
+
+        ``sourced``: every result is of a record of the dispatcher's run (one partition's),
+        made by :attr:`keys_are_triggers` a processor: ``Runtime.send_results_nowait`` encodes
+        them and heads them in one pass, with the records' own key bytes where the codecs
+        allow (:meth:`_raw_keys`)."""
         if not results:
             return None
         runtime = current_runtime.get()
         for i, topic in enumerate(self.join.sinks):
+            if sourced and runtime is not None:
+                sent = runtime.send_results_nowait(topic, results, self._raw_keys(topic))
+                if sent < len(results):
+                    rows = topic.encode_results(results)
+                    return self._send_run_rest(results, i, rows, sent)
+                continue
             rows = topic.encode_results(results)
             sent = 0 if runtime is None else runtime.send_run_nowait(topic.name, rows)
             if sent < len(rows):
                 return self._send_run_rest(results, i, rows, sent)
         self._feed_run(results)
         return None
+
+    def _raw_keys(self, topic: TopicLike) -> bool:
+        """Whether a result sent to ``topic`` can keep its record's key bytes: each result's
+        key is its record's (:attr:`keys_are_triggers`), and both the input topic's key codec
+        and ``topic``'s are plain text (decoding UTF-8 and encoding it again gives the same
+        bytes)."""
+        known = self._raw_key_sinks.get(topic.name)
+        if known is None:
+            known = self._raw_key_sinks[topic.name] = (
+                self.keys_are_triggers
+                and reads_raw_text(self.join.left_topic.key_codec)
+                and reads_raw_text(topic.key_codec)
+            )
+        return known
 
     async def _send_run_rest(
         self,

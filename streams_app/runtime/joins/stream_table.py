@@ -47,6 +47,10 @@ class StreamTableJoin(JoinProcessor):
     """A stream-table join, inner or left, plain or versioned (as of), with optional grace."""
 
     kind = STREAM_TABLE
+    #: A run's results are its stream records', with their keys (a record without a key
+    #: emits at once, through an await: never collected; with grace, results are released
+    #: by time, through awaits too).
+    keys_are_triggers = True
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -128,7 +132,7 @@ class StreamTableJoin(JoinProcessor):
                     continue
                 right = None
             append((task, event.key, result(value, right), event.timestamp, event))
-        return self._send_run(out)
+        return self._send_run(out, True)
 
     async def _forward_rare(self, event: Event) -> None:
         """A record without a value or a key, or any record of a join with grace."""

@@ -30,6 +30,7 @@ from streams_app.runtime.producer import RunRow
 from streams_app.runtime.rpc import RpcClient
 from streams_app.runtime.scope import in_processing
 from streams_app.topology.contract import (
+    Collected,
     Event,
     Headers,
     ResultRow,
@@ -205,6 +206,21 @@ class RecordCollector:
         headers_of = self.headers_of  # rows of several partitions, or of no record
         out = [(key, value, headers_of(None, event), ms) for key, value, ms, event in rows]
         return self._producer.send_run_nowait(topic, out)
+
+    def send_results_nowait(
+        self, topic: TopicLike, results: Sequence[Collected], raw_keys: bool
+    ) -> int:
+        """``Runtime.send_results_nowait``: the results of one run of one partition's records,
+        encoded and given their lineage header in one pass (``Topic.encode_sourced_run``)
+        where the headers are the default ones; else as :meth:`send_run_nowait`."""
+        if not in_processing.get():
+            return 0
+        first = results[0][4] if results else None
+        if not self._lineage_only or first is None or first.offset < 0:
+            return self.send_run_nowait(topic.name, topic.encode_results(results))
+        prefix = self._lineage.get((first.topic, first.partition)) or self._prefix(first)
+        rows = topic.encode_sourced_run(results, SRC_HEADER, prefix, raw_keys)
+        return self._producer.send_run_nowait(topic.name, rows)
 
     def _lineage_run(self, rows: Sequence[ResultRow]) -> list[RunRow] | None:
         """:meth:`send_run_nowait`'s rows with their lineage header when every row is of a

@@ -54,6 +54,7 @@ class WorkerRuntime:
         # The collector's bound methods are this object's: no call in between (hot path).
         self.send_nowait = collector.send_nowait
         self.send_run_nowait = collector.send_run_nowait
+        self.send_results_nowait = collector.send_results_nowait
         self.send_encoded = collector.send_encoded
         self.send = collector.send
         self.send_soon = collector.send_soon
