@@ -144,6 +144,43 @@ async def test_seek_discards_prefetched_records(bootstrap_servers: str, unique: 
         await consumer.stop()
 
 
+async def test_fetched_batches_have_their_crcs_checked_by_the_cpu_instruction(
+    bootstrap_servers: str, unique: str, monkeypatch: Any
+) -> None:
+    """The worker's consumer checks each fetch's batch CRCs from the fetched bytes
+    (``fetched.corrupt_batches``, hardware CRC-32C), not with aiokafka's software check: the
+    real fetcher's record sets reach the check, which finds every batch sound."""
+    from streams_app.kafka import fetched
+
+    checked: list[frozenset[int] | None] = []
+    real = fetched.corrupt_batches
+
+    def spying(data: bytes) -> frozenset[int] | None:
+        checked.append(real(data))
+        return checked[-1]
+
+    monkeypatch.setattr(fetched, "corrupt_batches", spying)
+    topic = f"t-{unique}"
+    await create_topics(bootstrap_servers, TopicSpec(topic, 1, 1))
+    tp = TopicPartition(topic, 0)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=50)
+    await producer.start()
+    await asyncio.gather(*[await producer.send(topic, b"%d" % i) for i in range(50)])
+    await producer.stop()
+    consumer = reader(bootstrap_servers)
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        got: list[bytes] = []
+        while len(got) < 50:
+            batch = await consumer.getmany(tp, timeout_ms=5000)
+            got += [r.value for r in batch.get(tp, [])]
+        assert got == [b"%d" % i for i in range(50)]
+        assert checked and all(result == frozenset() for result in checked)
+    finally:
+        await consumer.stop()
+
+
 class Probe(ConsumerRebalanceListener):  # type: ignore[misc]
     """Records what the consumer's membership looks like inside each callback."""
 
