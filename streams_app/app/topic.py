@@ -468,29 +468,18 @@ class Topic:
         it back to the record's key bytes, which are taken as they are (a text key, decoded
         and encoded again, is the same UTF-8). Some 100 ns a result fewer than encoding, then
         heading each row in a second pass (BENCHMARKS.md)."""
-        value_plain, value_dumps, value_codec = (
-            self._value_plain,
-            self._value_dumps,
-            self._value_codec,
-        )
-        if raw_keys:
-            return [
-                (
-                    trigger.raw_key,  # type: ignore[union-attr]
-                    None
-                    if v is None
-                    else value_dumps(v)
-                    if type(v) is value_plain
-                    else value_codec.dumps(v),
-                    [(header, prefix + b"%d" % trigger.offset)],  # type: ignore[union-attr]
-                    timestamp,
-                )
-                for _, _k, v, timestamp, trigger in results
-            ]
         key_plain, key_dumps, key_codec = self._key_plain, self._key_dumps, self._key_codec
+        value_plain, value_dumps = self._value_plain, self._value_dumps
+        value_codec = self._value_codec
         return [
             (
-                None if k is None else key_dumps(k) if type(k) is key_plain else key_codec.dumps(k),
+                trigger.raw_key  # type: ignore[union-attr]
+                if raw_keys
+                else None
+                if k is None
+                else key_dumps(k)
+                if type(k) is key_plain
+                else key_codec.dumps(k),
                 None
                 if v is None
                 else value_dumps(v)

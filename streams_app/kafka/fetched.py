@@ -30,7 +30,8 @@ aiokafka's ``_proc_fetch_request``) checks every batch of those bytes at once
 (:func:`corrupt_batches`). ``_fill`` then asks whether the batch's base offset is among the
 corrupt ones instead of calling ``validate_crc``, and raises aiokafka's exception for it as
 aiokafka would, at the same batch. Where that cannot be decided (legacy magic, a length that
-makes no sense, no bytes remembered) ``validate_crc`` decides, as before.
+makes no sense, no bytes remembered: another thread's fetcher made a record set in between)
+``validate_crc`` decides, as before.
 """
 
 from __future__ import annotations

@@ -36,6 +36,16 @@ async def commit_transaction_of(bootstrap: str, topic: str, tid: str, count: int
         await producer.stop()
 
 
+async def fifty_records(bootstrap: str, topic: str) -> TopicPartition:
+    """A new one-partition ``topic`` with the values ``b"0"`` to ``b"49"`` (plain sends)."""
+    await create_topics(bootstrap, TopicSpec(topic, 1, 1))
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=50)
+    await producer.start()
+    await asyncio.gather(*[await producer.send(topic, b"%d" % i) for i in range(50)])
+    await producer.stop()
+    return TopicPartition(topic, 0)
+
+
 def reader(bootstrap: str) -> StableConsumer:
     return StableConsumer(
         bootstrap_servers=bootstrap,
@@ -121,12 +131,7 @@ async def test_position_of_a_consumer_waiting_at_the_end_when_a_transaction_comm
 async def test_seek_discards_prefetched_records(bootstrap_servers: str, unique: str) -> None:
     """(b) After seek(tp, X) the next getmany starts at X, whatever was prefetched."""
     topic = f"t-{unique}"
-    await create_topics(bootstrap_servers, TopicSpec(topic, 1, 1))
-    tp = TopicPartition(topic, 0)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=50)
-    await producer.start()
-    await asyncio.gather(*[await producer.send(topic, b"%d" % i) for i in range(50)])
-    await producer.stop()
+    tp = await fifty_records(bootstrap_servers, topic)
 
     consumer = reader(bootstrap_servers)
     await consumer.start()
@@ -161,12 +166,7 @@ async def test_fetched_batches_have_their_crcs_checked_by_the_cpu_instruction(
 
     monkeypatch.setattr(fetched, "corrupt_batches", spying)
     topic = f"t-{unique}"
-    await create_topics(bootstrap_servers, TopicSpec(topic, 1, 1))
-    tp = TopicPartition(topic, 0)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=50)
-    await producer.start()
-    await asyncio.gather(*[await producer.send(topic, b"%d" % i) for i in range(50)])
-    await producer.stop()
+    tp = await fifty_records(bootstrap_servers, topic)
     consumer = reader(bootstrap_servers)
     await consumer.start()
     try:
