@@ -258,10 +258,10 @@ class JoinProcessor:
         """A run's results to the join's topics (``Runtime.send_run_nowait``) and readers,
         as :meth:`emit` would send each: None when done, else the rest to await.
 
-        ``sourced``: every result is of a record of the dispatcher's run (one partition's),
-        made by :attr:`keys_are_triggers` a processor: ``Runtime.send_results_nowait`` encodes
-        them and heads them in one pass, with the records' own key bytes where the codecs
-        allow (:meth:`_raw_keys`)."""
+        ``sourced``: the results are a run's of a processor whose :attr:`keys_are_triggers`
+        holds (each of a record of the dispatcher's run, of one partition):
+        ``Runtime.send_results_nowait`` encodes them and heads them in one pass, with the
+        records' own key bytes where the codecs allow (:meth:`_raw_keys`)."""
         if not results:
             return None
         runtime = current_runtime.get()
