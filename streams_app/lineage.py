@@ -39,6 +39,13 @@ def source_prefix(topic: str, partition: int) -> bytes:
     return b"%s:%d:" % (topic.encode(), partition)
 
 
+def source_format(topic: str, partition: int) -> bytes:
+    """:func:`source_prefix` as a format of the offset (``source_format(t, p) % offset`` is
+    the compact value): one bytes object a record made, where ``prefix + b"%d" % offset``
+    makes two (the writer's hot path, some 30 ns a record)."""
+    return source_prefix(topic, partition).replace(b"%", b"%%") + b"%d"
+
+
 def compact_value(topic: str, partition: int, offset: int) -> bytes:
     """The ``src`` header's value for input record ``topic[partition]@offset``."""
     return b"%s%d" % (source_prefix(topic, partition), offset)

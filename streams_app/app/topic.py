@@ -459,10 +459,10 @@ class Topic:
         ]
 
     def encode_sourced_run(
-        self, results: Sequence[Collected], header: str, prefix: bytes, raw_keys: bool
+        self, results: Sequence[Collected], header: str, fmt: bytes, raw_keys: bool
     ) -> list[SourcedRow]:
         """:meth:`encode_results` of a run whose every result has its record (``trigger``),
-        each row with the header ``header: prefix + <the record's offset>`` (its lineage: the
+        each row with the header ``header: fmt % <the record's offset>`` (its lineage: the
         record collector's ``send_results_nowait``), in the same comprehension. ``raw_keys``:
         each result's key is its record's decoded key and this topic's key codec would encode
         it back to the record's key bytes, which are taken as they are (a text key, decoded
@@ -485,7 +485,7 @@ class Topic:
                 else value_dumps(v)
                 if type(v) is value_plain
                 else value_codec.dumps(v),
-                [(header, prefix + b"%d" % trigger.offset)],  # type: ignore[union-attr]
+                [(header, fmt % trigger.offset)],  # type: ignore[union-attr]
                 timestamp,
             )
             for _, k, v, timestamp, trigger in results

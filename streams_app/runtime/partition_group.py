@@ -16,6 +16,12 @@ records to be produced) and then goes on without it ("enforced processing"). ``m
 Buffered records have already been fetched, so the consumer's position is past them: the task's
 committed offset stays the next record *processed*, and a buffer that grows past ``limit``
 pauses its partition until it drains.
+
+The buffers hold the records themselves; only a partition's head needs its timestamp, which is
+taken when the head is compared and kept until it is taken (a topic's ``timestamp_fn`` may
+decode the value). A join's task mostly has one partition with records (the table's is read
+up): its whole buffer is then one run, handed over as a list without a tuple or a timestamp
+made per record.
 """
 
 from __future__ import annotations
@@ -31,8 +37,10 @@ LagFn = Callable[[TopicPartition], "int | None"]
 class PartitionGroup:
     __slots__ = (
         "_deadlines",
+        "_heads",
         "_lag",
         "_max_idle",
+        "_timestamps",
         "buffered",
         "enforced",
         "limit",
@@ -48,9 +56,13 @@ class PartitionGroup:
         lag: LagFn,
         limit: int,
     ) -> None:
-        self.queues: dict[TopicPartition, deque[tuple[int, RecordLike]]] = {
+        self.queues: dict[TopicPartition, deque[RecordLike]] = {
             tp: deque() for tp in sorted(partitions)
         }
+        #: Each partition's ordering timestamp (``add``'s), and its head's, once taken (the
+        #: head is the same record until it is taken out: ``_head_time``).
+        self._timestamps: dict[TopicPartition, Callable[[RecordLike], int]] = {}
+        self._heads: dict[TopicPartition, int] = {}
         self._max_idle = max_idle
         self._lag = lag
         self._deadlines: dict[TopicPartition, float] = {}
@@ -67,10 +79,17 @@ class PartitionGroup:
         records: Sequence[RecordLike],
         timestamp: Callable[[RecordLike], int],
     ) -> None:
-        # In C, with the common ``timestamp`` (an attrgetter: ``batch.py``): a join's inputs
-        # all come through here, a Python loop's turn a record is worth saving.
-        self.queues[tp].extend(zip(map(timestamp, records), records, strict=True))
+        # A join's inputs all come through here: one C call, and no timestamp taken yet.
+        self.queues[tp].extend(records)
+        self._timestamps[tp] = timestamp
         self.buffered += len(records)
+
+    def _head_time(self, tp: TopicPartition, queue: deque[RecordLike]) -> int:
+        """The timestamp of ``tp``'s head (``queue[0]``), taken once while it is the head."""
+        head = self._heads.get(tp)
+        if head is None:
+            head = self._heads[tp] = self._timestamps[tp](queue[0])
+        return head
 
     def ready(self, now: float) -> bool:
         """Whether the next record may be taken now (see the module doc)."""
@@ -101,19 +120,29 @@ class PartitionGroup:
     def next_run(self) -> tuple[TopicPartition, list[RecordLike]]:
         """The partition with the smallest head timestamp (ties: lowest partition first) and its
         records up to the next head of any other partition."""
-        heads = [(queue[0][0], tp) for tp, queue in self.queues.items() if queue]
-        heads.sort()
-        _, tp = heads[0]
-        bound = heads[1] if len(heads) > 1 else None
-        queue = self.queues[tp]
-        run: list[RecordLike]
-        if bound is None:  # the only partition with records (a join's, mostly): all of them
-            run = [record for _, record in queue]
+        queues = self.queues
+        nonempty = [tp for tp, queue in queues.items() if queue]
+        if len(nonempty) == 1:  # the only partition with records (a join's, mostly): all
+            tp = nonempty[0]
+            queue = queues[tp]
+            run = list(queue)
             queue.clear()
-        else:
-            run = []
-            while queue and (queue[0][0], tp) < bound:
-                run.append(queue.popleft()[1])
+            self._heads.pop(tp, None)
+            self.buffered -= len(run)
+            return tp, run
+        heads = sorted((self._head_time(tp, queues[tp]), tp) for tp in nonempty)
+        _, tp = heads[0]
+        bound = heads[1]
+        queue = queues[tp]
+        timestamp = self._timestamps[tp]
+        run = [queue.popleft()]  # the head: before the bound (ties: the lower partition)
+        self._heads.pop(tp)
+        while queue:
+            head = timestamp(queue[0])
+            if (head, tp) >= bound:
+                self._heads[tp] = head
+                break
+            run.append(queue.popleft())
         self.buffered -= len(run)
         return tp, run
 
@@ -134,6 +163,7 @@ class PartitionGroup:
         partitions this group had paused, to resume."""
         for queue in self.queues.values():
             queue.clear()
+        self._heads.clear()
         self.buffered = 0
         self._deadlines.clear()
         paused, self.paused = sorted(self.paused), set()
@@ -146,6 +176,7 @@ class PartitionGroup:
         queue = self.queues[tp]
         self.buffered -= len(queue)
         queue.clear()
+        self._heads.pop(tp, None)
         self.paused.discard(tp)
         self._deadlines.pop(tp, None)
 

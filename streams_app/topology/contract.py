@@ -87,7 +87,7 @@ class TopicLike(Protocol):
     def encode_results(self, results: Sequence[Collected]) -> list[ResultRow]: ...
 
     def encode_sourced_run(
-        self, results: Sequence[Collected], header: str, prefix: bytes, raw_keys: bool
+        self, results: Sequence[Collected], header: str, fmt: bytes, raw_keys: bool
     ) -> list[SourcedRow]: ...
 
     async def send(

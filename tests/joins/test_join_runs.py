@@ -349,25 +349,35 @@ async def test_a_stream_table_run_is_encoded_and_headed_in_one_pass(
     """A stream-table join's run goes out through ``send_results_nowait``: each result
     encoded and given its record's lineage header in one pass, its key the record's own bytes
     where both key codecs are plain text; a sink whose keys are JSON gets them encoded as
-    JSON (the record's bytes would not decode there)."""
+    JSON (the record's bytes would not decode there). The rest of a run the batch path
+    refused at first (no transaction begun yet) goes the same way."""
     app, _ = enrichment(set())
     keyed_json = app.topic("enriched-json", key_serializer="json", value_type=str)
     join = next(iter(app.joins.values()))
     join.to(keyed_json)
     passes: list[tuple[str, bool]] = []
-    real = Topic.encode_sourced_run
+    unsourced: list[str] = []
+    real, real_results = Topic.encode_sourced_run, Topic.encode_results
 
-    def counting(self: Topic, results: Any, header: str, prefix: bytes, raw: bool) -> Any:
+    def counting(self: Topic, results: Any, header: str, fmt: bytes, raw: bool) -> Any:
         passes.append((self.name, raw))
-        return real(self, results, header, prefix, raw)
+        return real(self, results, header, fmt, raw)
+
+    def encoding(self: Topic, results: Any) -> Any:
+        unsourced.append(self.name)
+        return real_results(self, results)
 
     monkeypatch.setattr(Topic, "encode_sourced_run", counting)
+    monkeypatch.setattr(Topic, "encode_results", encoding)
     async with topology_driver(app) as driver:
         await _runs(driver, app, monkeypatch)
         piped = await driver.pipe_many("orders", orders())
         await driver.run_until_idle()
         assert ("enriched", True) in passes and ("enriched-json", False) in passes
         assert not any(raw for name, raw in passes if name == "enriched-json")
+        # The run's rest after the send that began the transaction (and after each record
+        # that awaited) went the one-pass way too: nothing encoded a second time.
+        assert unsourced == []
         offsets = [p.offset for p, i in zip(piped, orders(), strict=True) if i.value is not None]
         for name in ("enriched", "enriched-json"):
             out = await driver.read(name)

@@ -11,6 +11,7 @@ from streams_app.lineage import (
     lineage_headers,
     parse_compact,
     parse_lineage,
+    source_format,
     source_prefix,
 )
 from streams_app.readback import ReadRecord
@@ -42,6 +43,9 @@ def test_both_formats_read_back_as_written(
 def test_the_compact_value_is_the_partitions_prefix_and_the_offset() -> None:
     assert compact_value("orders", 3, 1042) == b"orders:3:1042"
     assert source_prefix("orders", 3) + b"1042" == compact_value("orders", 3, 1042)
+    # The writer's format of the offset gives the same value (a "%" would be escaped).
+    assert source_format("orders", 3) % 1042 == compact_value("orders", 3, 1042)
+    assert source_format("a%d", 0) % 7 == b"a%d:0:7"
     assert lineage_headers("orders", 3, 1042) == [("src", b"orders:3:1042")]
 
 

@@ -110,8 +110,34 @@ def test_partition_group_takes_the_smallest_timestamp_and_waits_for_lagging_inpu
         if not group.queues[b] and group.queues[a]:
             break  # b is empty again: the rest waits
     assert order == [("a", 10), ("b", 20), ("a", 30), ("b", 40)]
-    assert [r.timestamp for _, r in group.queues[a]] == [50]
+    assert [r.timestamp for r in group.queues[a]] == [50]
     assert group.clear() == [] and group.buffered == 0 and group.queues[a] == deque()
+
+
+def test_partition_group_takes_each_timestamp_once_and_none_for_a_lone_partition() -> None:
+    """Only heads are timed, each once while it is the head (a ``timestamp_fn`` may decode
+    the value); a partition that is the only one with records hands its whole buffer over
+    without any timestamp taken (a join's stream partition, its table's read up)."""
+    a, b = TopicPartition("a", 0), TopicPartition("b", 0)
+    group = PartitionGroup([a, b], max_idle=-1, lag=lambda tp: 0, limit=100)
+    timed: list[int] = []
+
+    def timestamp(record: MemoryRecord) -> int:
+        timed.append(record.timestamp)
+        return record.timestamp
+
+    group.add(a, _records("a", [10, 20, 30]), timestamp)
+    tp, run = group.next_run()
+    assert (tp, [r.timestamp for r in run], timed) == (a, [10, 20, 30], [])
+    group.add(a, _records("a", [10, 30, 50]), timestamp)
+    group.add(b, _records("b", [20, 40]), timestamp)
+    order = []
+    while group.buffered:
+        tp, run = group.next_run()
+        order += [(tp.topic, r.timestamp) for r in run]
+    assert order == [("a", 10), ("b", 20), ("a", 30), ("b", 40), ("a", 50)]
+    # Each record timed once (the one that stops a run stays the timed head).
+    assert sorted(timed) == [10, 20, 30, 40, 50]
 
 
 def test_partition_group_drops_a_held_partition() -> None:

@@ -33,6 +33,7 @@ from streams_app.runtime.scope import in_processing
 from streams_app.topology.contract import (
     Event,
     ResultRow,
+    Runtime,
     TaskScope,
     TopicLike,
     current_event,
@@ -266,18 +267,28 @@ class JoinProcessor:
             return None
         runtime = current_runtime.get()
         for i, topic in enumerate(self.join.sinks):
-            if sourced and runtime is not None:
-                sent = runtime.send_results_nowait(topic, results, self._raw_keys(topic))
-                if sent < len(results):
-                    rows = topic.encode_results(results)
-                    return self._send_run_rest(results, i, rows, sent)
-                continue
-            rows = topic.encode_results(results)
-            sent = 0 if runtime is None else runtime.send_run_nowait(topic.name, rows)
-            if sent < len(rows):
-                return self._send_run_rest(results, i, rows, sent)
+            sent, rows = self._send_some(runtime, topic, results, sourced)
+            if sent < len(results):
+                return self._send_run_rest(results, i, sent, rows, sourced)
         self._feed_run(results)
         return None
+
+    def _send_some(
+        self,
+        runtime: Runtime | None,
+        topic: TopicLike,
+        results: list[tuple[TaskScope, Any, Any, int, Event | None]],
+        sourced: bool,
+    ) -> tuple[int, list[ResultRow] | None]:
+        """How many of ``results``, from the first, went to ``topic`` without an await
+        (``Runtime.send_results_nowait`` for a sourced run, else ``send_run_nowait`` of the
+        encoded rows), and the rows if it encoded them here."""
+        if runtime is None:
+            return 0, None
+        if sourced:
+            return runtime.send_results_nowait(topic, results, self._raw_keys(topic)), None
+        rows = topic.encode_results(results)
+        return runtime.send_run_nowait(topic.name, rows), rows
 
     def _raw_keys(self, topic: TopicLike) -> bool:
         """Whether a result sent to ``topic`` can keep its record's key bytes: each result's
@@ -297,26 +308,36 @@ class JoinProcessor:
         self,
         results: list[tuple[TaskScope, Any, Any, int, Event | None]],
         sink: int,
-        rows: list[ResultRow],
         sent: int,
+        rows: list[ResultRow] | None,
+        sourced: bool,
     ) -> None:
         """The rest of :meth:`_send_run`, from result ``sent`` of topic ``sink`` on: the
         result the batch path refused is sent with its record current (its lineage headers),
         and what that await made ready (the transaction begun, as at the first run after
-        every commit; the topic's metadata; room in the queue) takes the rest of the run."""
+        every commit; the topic's metadata; room in the queue) takes the rest of the run,
+        the way :meth:`_send_run` sent its start (a sourced run's rest is still encoded and
+        headed in one pass: nothing is encoded twice)."""
         runtime = current_runtime.get()
         sinks = self.join.sinks
         for i in range(sink, len(sinks)):
             topic = sinks[i]
             if i > sink:
-                rows = topic.encode_results(results)
-                sent = 0 if runtime is None else runtime.send_run_nowait(topic.name, rows)
-            while sent < len(rows):
+                sent, rows = self._send_some(runtime, topic, results, sourced)
+            while sent < len(results):
                 _, key, value, timestamp, trigger = results[sent]
                 current_event.set(trigger)
                 await topic.send(key=key, value=value, timestamp=timestamp / 1000)
                 sent += 1
-                if runtime is not None and sent < len(rows):
+                if runtime is None or sent == len(results):
+                    continue
+                if sourced:
+                    sent += runtime.send_results_nowait(
+                        topic, results[sent:], self._raw_keys(topic)
+                    )
+                else:
+                    if rows is None:
+                        rows = topic.encode_results(results)
                     sent += runtime.send_run_nowait(topic.name, rows[sent:])
         self._feed_run(results)
 

@@ -11,7 +11,8 @@ The send path is the hot path: :meth:`RecordCollector.send_nowait` is what ``Top
 for almost every record (an agent's send needs no coroutine when the open batch takes the
 record), and the worker's runtime hands it out as its own bound method, so nothing stands
 between ``Topic.send`` and the producer. The lineage header (:mod:`streams_app.lineage`) is
-one tuple a record, its value the source partition's prefix, made once, and the offset.
+one tuple a record, its value the offset formatted into the source partition's format, made
+once.
 
 :class:`OutsideClients` makes the clients of what is sent outside any transaction on first use:
 the plain producer and the RPC client (``ask`` and replies to this process).
@@ -23,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from streams_app.app.faust_settings import AppSettings
-from streams_app.lineage import SRC_HEADER, lineage_headers, source_prefix
+from streams_app.lineage import SRC_HEADER, lineage_headers, source_format
 from streams_app.runtime import rpc
 from streams_app.runtime.plain_producer import PlainProducer
 from streams_app.runtime.producer import RunRow
@@ -136,8 +137,9 @@ class RecordCollector:
         self.clients = clients
         self._producer: TransactionalSends = _NotStarted()
         self._group: Callable[[], GroupMetadata | None] = lambda: None
-        #: (topic, partition) -> the ``src`` header's prefix, ``b"topic:partition:"``, made
-        #: once (the split format's headers are made each time: not the default, not hot).
+        #: (topic, partition) -> the ``src`` header's value as a format of the offset,
+        #: ``b"topic:partition:%d"`` (``lineage.source_format``), made once (the split
+        #: format's headers are made each time: not the default, not hot).
         self._lineage: dict[tuple[str, int], bytes] = {}
         #: The defaults: the compact lineage header only. A send without headers of its own
         #: then takes the short path of :meth:`headers`.
@@ -179,8 +181,8 @@ class RecordCollector:
             if event is None or event.offset < 0:
                 out = None
             else:
-                prefix = self._lineage.get((event.topic, event.partition)) or self._prefix(event)
-                out = [(SRC_HEADER, prefix + b"%d" % event.offset)]
+                fmt = self._lineage.get((event.topic, event.partition)) or self._format(event)
+                out = [(SRC_HEADER, fmt % event.offset)]
         else:
             out = self.headers(headers)
         return self._producer.send_nowait(
@@ -218,8 +220,8 @@ class RecordCollector:
         first = results[0][4] if results else None
         if not self._lineage_only or first is None or first.offset < 0:
             return self.send_run_nowait(topic.name, topic.encode_results(results))
-        prefix = self._lineage.get((first.topic, first.partition)) or self._prefix(first)
-        rows = topic.encode_sourced_run(results, SRC_HEADER, prefix, raw_keys)
+        fmt = self._lineage.get((first.topic, first.partition)) or self._format(first)
+        rows = topic.encode_sourced_run(results, SRC_HEADER, fmt, raw_keys)
         return self._producer.send_run_nowait(topic.name, rows)
 
     def _lineage_run(self, rows: Sequence[ResultRow]) -> list[RunRow] | None:
@@ -231,9 +233,9 @@ class RecordCollector:
         if first is None or first.offset < 0:
             return None
         topic, partition = first.topic, first.partition
-        prefix = self._lineage.get((topic, partition)) or self._prefix(first)
+        fmt = self._lineage.get((topic, partition)) or self._format(first)
         out: list[RunRow] = [
-            (key, value, [(SRC_HEADER, prefix + b"%d" % event.offset)], ms)
+            (key, value, [(SRC_HEADER, fmt % event.offset)], ms)
             for key, value, ms, event in rows
             if event is not None
             and event.partition == partition
@@ -346,16 +348,16 @@ class RecordCollector:
         if headers is None and self._lineage_only:  # the common case, on every send
             if event is None or event.offset < 0:
                 return None
-            prefix = self._lineage.get((event.topic, event.partition)) or self._prefix(event)
-            return [(SRC_HEADER, prefix + b"%d" % event.offset)]
+            fmt = self._lineage.get((event.topic, event.partition)) or self._format(event)
+            return [(SRC_HEADER, fmt % event.offset)]
         conf = self.conf
         if headers is None and not conf.lineage_headers and not conf.transaction_headers:
             return None  # no list built and dropped
         out = header_list(headers)
         if conf.lineage_headers and event is not None and event.offset >= 0:
             if conf.lineage_format == "compact":
-                prefix = self._lineage.get((event.topic, event.partition)) or self._prefix(event)
-                out.append((SRC_HEADER, prefix + b"%d" % event.offset))
+                fmt = self._lineage.get((event.topic, event.partition)) or self._format(event)
+                out.append((SRC_HEADER, fmt % event.offset))
             else:
                 out += lineage_headers(event.topic, event.partition, event.offset, split=True)
         if conf.transaction_headers:
@@ -364,12 +366,12 @@ class RecordCollector:
             out.append((H_GENERATION, b"%d" % (group.generation_id if group else -1)))
         return out or None
 
-    def _prefix(self, event: Event) -> bytes:
-        """The ``src`` header's prefix for the event's partition, made once."""
-        prefix = self._lineage[(event.topic, event.partition)] = source_prefix(
+    def _format(self, event: Event) -> bytes:
+        """The ``src`` header's format for the event's partition, made once."""
+        fmt = self._lineage[(event.topic, event.partition)] = source_format(
             event.topic, event.partition
         )
-        return prefix
+        return fmt
 
     async def send_raw(
         self,
