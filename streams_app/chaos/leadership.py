@@ -110,21 +110,53 @@ def _leaders(described: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str,
     return {(t["topic"], p["partition"]): p for t in described for p in t["partitions"]}
 
 
-async def _avoided_anywhere(
-    admin: AIOKafkaAdminClient, topics: Collection[str], avoid: set[int]
-) -> int:
-    """Partitions of ``topics`` that some broker's metadata still shows led by ``avoid``.
+async def _broker_views(
+    admin: AIOKafkaAdminClient, topics: Collection[str]
+) -> list[dict[tuple[str, int], dict[str, Any]]] | None:
+    """Every broker's view of the partitions of ``topics``; None while some broker does not
+    know one of them yet, or names no leader for one of its partitions.
 
     Each broker holds its own copy of the metadata log and applies the new leaders when it gets
-    there, so one broker can answer with the new leader while another still names the old one.
-    A client asks whichever broker it picks; only when every broker agrees is the move done.
+    there, so one broker can answer with the new leader while another still names the old one,
+    and a topic created a moment ago can be unknown to a broker (its partitions then missing
+    from that answer, not led by anyone in it). A client asks whichever broker it picks: only
+    what every broker shows, for every partition, is settled.
     """
-    still: set[tuple[str, int]] = set()
+    views = []
+    wanted = set(topics)
     for broker in admin._client.cluster.brokers():
         response = await admin._send_request(MetadataRequest(sorted(topics)), broker.nodeId)
-        view = _leaders(response.to_object()["topics"])
-        still |= {tp for tp, info in view.items() if info["leader"] in avoid}
-    return len(still)
+        described = response.to_object()["topics"]
+        known = {t["topic"] for t in described if t["error_code"] == 0 and t["partitions"]}
+        view = _leaders(described)
+        if known != wanted or any(info["leader"] < 0 for info in view.values()):
+            return None
+        views.append(view)
+    return views
+
+
+async def _settled_views(
+    admin: AIOKafkaAdminClient, topics: Collection[str], deadline: float
+) -> list[dict[tuple[str, int], dict[str, Any]]] | None:
+    """:func:`_broker_views` once every broker shows every partition with a leader; None if
+    that has not happened by ``deadline`` (monotonic)."""
+    while True:
+        views = await _broker_views(admin, topics)
+        if views is not None or time.monotonic() > deadline:
+            return views
+        await asyncio.sleep(0.5)  # the brokers apply the controller's log; no event to await
+
+
+def _avoided(views: list[dict[tuple[str, int], dict[str, Any]]], avoid: set[int]) -> int:
+    """Partitions that some broker's view shows led by ``avoid``."""
+    return len({tp for view in views for tp, info in view.items() if info["leader"] in avoid})
+
+
+async def _avoided_now(admin: AIOKafkaAdminClient, topics: Collection[str], avoid: set[int]) -> int:
+    """Partitions of ``topics`` led by ``avoid`` as one broker describes them (what is left to
+    report when the brokers have not all settled in time)."""
+    described = _leaders(await admin.describe_topics(sorted(topics)))
+    return sum(1 for info in described.values() if info["leader"] in avoid)
 
 
 async def leaders(bootstrap: str, topics: Collection[str]) -> dict[tuple[str, int], int]:
@@ -153,8 +185,14 @@ async def move_leaders_off(
     avoid = set(avoid)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="chaos-leadership")
     await admin.start()
+    deadline = time.monotonic() + timeout
     try:
-        described = _leaders(await admin.describe_topics(sorted(topics)))
+        # Decided on what every broker shows: a partition of a topic created a moment ago that
+        # some broker does not know yet would otherwise be left where it is, unseen.
+        views = await _settled_views(admin, topics, deadline)
+        if views is None:
+            return 0, await _avoided_now(admin, topics, avoid)
+        described = views[0]
         reorder: dict[str, list[tuple[int, list[int]]]] = {}
         for (topic, partition), info in described.items():
             if info["leader"] not in avoid:
@@ -166,7 +204,7 @@ async def move_leaders_off(
             order = [first[0]] + [r for r in replicas if r != first[0]]
             reorder.setdefault(topic, []).append((partition, order))
         if not reorder:
-            return 0, sum(1 for info in described.values() if info["leader"] in avoid)
+            return 0, _avoided(views, avoid)
         request = AlterPartitionReassignmentsRequest(
             timeout_ms=int(timeout * 1000),
             topics=[
@@ -181,7 +219,6 @@ async def move_leaders_off(
                 if part[1] != 0:
                     log.warning("reordering %s[%d]: error %d %s", topic_result[0], *part[:3])
         wanted = {t: [p for p, _ in parts] for t, parts in reorder.items()}
-        deadline = time.monotonic() + timeout
         while True:
             elect = await admin._send_to_controller(
                 ElectLeadersRequest(wanted, int(timeout * 1000))
@@ -190,8 +227,11 @@ async def move_leaders_off(
                 for part in topic_result[1]:
                     if part[1] not in (0, ELECTION_NOT_NEEDED):
                         log.debug("electing %s[%d]: error %d %s", topic_result[0], *part[:3])
-            still = await _avoided_anywhere(admin, topics, avoid)
+            views = await _broker_views(admin, topics)
+            still = None if views is None else _avoided(views, avoid)
             if still == 0 or time.monotonic() > deadline:
+                if still is None:
+                    still = await _avoided_now(admin, topics, avoid)
                 return sum(len(ps) for ps in wanted.values()), still
             await asyncio.sleep(0.5)  # the controller propagates the new leaders; no event
     finally:
