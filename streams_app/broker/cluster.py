@@ -84,6 +84,21 @@ def default_settings(nodes: int) -> dict[str, str]:
     }
 
 
+#: What the brokers started for tests add to :func:`default_settings`: they keep every record
+#: whatever its time. A broker deletes a segment whose newest record is older than the topic's
+#: ``retention.ms`` (7 days unless the topic says) whenever its retention check runs, every 5
+#: minutes, and tests write records with fixed times, often years in the past (the harness takes
+#: them as the memory backend does, which has no retention): a test's inputs, outputs or a
+#: restore's source would vanish at a random moment of it. So no time limit for topics that
+#: declare none, and no periodic check; its one run 30 s after the start (the delay is shared
+#: with the broker's checkpoints, which must not wait) can still apply a limit a topic declares.
+#: Brokers for users (``streams-app broker``, ``make demo``) keep Kafka's defaults.
+TEST_SETTINGS: Mapping[str, str] = {
+    "log.retention.ms": "-1",
+    "log.retention.check.interval.ms": str(10 * 365 * 86_400_000),
+}
+
+
 class EmbeddedKafka:
     """Start, inspect, fault and stop a real Kafka cluster.
 

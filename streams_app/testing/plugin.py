@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from streams_app.broker import EmbeddedKafka
+from streams_app.broker import TEST_SETTINGS, EmbeddedKafka
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
@@ -78,7 +78,7 @@ def kafka_broker(request: pytest.FixtureRequest) -> Iterator[EmbeddedKafka | Ext
     if external:
         yield ExternalKafka(external)
         return
-    kafka = EmbeddedKafka(1).start()
+    kafka = EmbeddedKafka(1, settings=TEST_SETTINGS).start()
     request.config.stash[_BROKER_KEY] = kafka
     try:
         yield kafka
@@ -88,7 +88,7 @@ def kafka_broker(request: pytest.FixtureRequest) -> Iterator[EmbeddedKafka | Ext
 
 @pytest.fixture(scope="session")
 def _kafka_cluster_session(request: pytest.FixtureRequest) -> Iterator[EmbeddedKafka]:
-    kafka = EmbeddedKafka(3).start()
+    kafka = EmbeddedKafka(3, settings=TEST_SETTINGS).start()
     request.config.stash[_CLUSTER_KEY] = kafka
     try:
         yield kafka
@@ -105,7 +105,7 @@ def _networked_cluster_session(request: pytest.FixtureRequest) -> Iterator[Embed
         pytest.skip(f"the networked cluster mode needs network namespaces: {reason}")
     network = Network().create()
     try:
-        kafka = EmbeddedKafka(3, network=network).start()
+        kafka = EmbeddedKafka(3, network=network, settings=TEST_SETTINGS).start()
         request.config.stash[_NETWORKED_KEY] = kafka
         try:
             yield kafka

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from streams_app.broker import EmbeddedKafka, free_port
+from streams_app.broker import TEST_SETTINGS, EmbeddedKafka, free_port
 from streams_app.broker.security import (
     ADMIN_USER,
     SCRAM,
@@ -50,7 +50,9 @@ class SecureKafka:
         self.tls = make_tls_files(self.root / "tls")
         self.users = {name: secrets.token_urlsafe(12) for name in (ADMIN_USER, "alice", "carol")}
         self.security = BrokerSecurity(self.tls, free_port(), self.users)
-        self.kafka = EmbeddedKafka(1, root=self.root / "cluster", security=self.security)
+        self.kafka = EmbeddedKafka(
+            1, root=self.root / "cluster", security=self.security, settings=TEST_SETTINGS
+        )
 
     def start(self) -> SecureKafka:
         self.kafka.start()

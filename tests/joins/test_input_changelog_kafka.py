@@ -20,12 +20,14 @@ from tests.joins import input_changelog_app
 from tests.joins.data import Rec
 from tests.joins.test_vs_kafka_streams import produce
 from tests.runtime.helpers import wait_until
+from tests.windows.data import BASE
 from tests.windows.test_vs_kafka_streams import create_topics
 
 pytestmark = pytest.mark.kafka
 
 ORDERS = 40
-T = 1_700_000_000_000
+#: Recent times: a broker deletes records older than a topic's retention.ms (tests/windows/data.py).
+T = BASE
 
 
 def rec(topic: str, n: int, value: str, ts: int) -> Rec:

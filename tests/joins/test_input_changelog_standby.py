@@ -25,12 +25,13 @@ from tests.joins.data import Rec
 from tests.joins.test_enrichment_standby import fail_over_to_standby
 from tests.joins.test_input_changelog_kafka import rec, send_inputs
 from tests.runtime.helpers import KafkaObserver, app_workers, wait_until
+from tests.windows.data import BASE
 from tests.windows.test_vs_kafka_streams import create_topics
 
 pytestmark = pytest.mark.kafka
 
 ORDERS = 40
-T = 1_700_000_000_000
+T = BASE  # recent, as tests/windows/data.py says why
 #: The orders side's buffer (the join is named ``paid``; its stores ``paid-left``/``-right``).
 BUFFER = "paid-left"
 

@@ -23,11 +23,12 @@ from aiokafka import AIOKafkaProducer
 from streams_app.readback import read_topics, wait_committed
 from streams_app.testing.workers import WorkerProcess
 from tests.ops.support import app_cli
+from tests.windows.data import BASE
 
 pytestmark = pytest.mark.kafka
 
 APP = "tests.ops.apps.windowed_tables"
-T0 = 1_700_000_040_000  # a whole minute, in ms
+T0 = BASE  # a whole minute (an hour), in ms, and recent: tests/windows/data.py says why
 MINUTE = 60_000
 RECORDS = [(f"k{i % 7}", i, T0 + 1_500 * i) for i in range(120)]  # three minutes of data
 # The versioned table's source: a version replaced at its own time, one out of order, a key

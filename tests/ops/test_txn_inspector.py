@@ -23,7 +23,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from streams_app.broker import EmbeddedKafka
+from streams_app.broker import TEST_SETTINGS, EmbeddedKafka
 from streams_app.kafka.ops_admin import OpsAdmin
 from streams_app.ops.dump import ABORTED, COMMITTED, CONTROL, OPEN, PLAIN, Dump, dump_partition
 from streams_app.ops.transactions import (
@@ -40,7 +40,9 @@ pytestmark = pytest.mark.kafka
 
 @pytest.fixture(scope="module")
 def inspected_kafka() -> Iterator[EmbeddedKafka]:
-    kafka = EmbeddedKafka(1, settings={"transaction.partition.verification.enable": "false"})
+    kafka = EmbeddedKafka(
+        1, settings={**TEST_SETTINGS, "transaction.partition.verification.enable": "false"}
+    )
     kafka.start()
     try:
         yield kafka

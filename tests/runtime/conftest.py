@@ -6,12 +6,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from streams_app.broker import EmbeddedKafka, free_port
+from streams_app.broker import TEST_SETTINGS, EmbeddedKafka, free_port
 
 
 @pytest.fixture(scope="session")
 def _own_broker_session() -> Iterator[EmbeddedKafka]:
-    kafka = EmbeddedKafka(1, broker_port=free_port(), controller_port=free_port()).start()
+    kafka = EmbeddedKafka(
+        1, broker_port=free_port(), controller_port=free_port(), settings=TEST_SETTINGS
+    ).start()
     try:
         yield kafka
     finally:

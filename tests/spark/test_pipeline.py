@@ -187,7 +187,19 @@ def test_killed_mid_batch_and_restarted_on_the_same_checkpoint(
     child = _child(config, log)
     try:
         deadline = time.monotonic() + 120
-        while not ((markers / "files").exists() and (markers / "postgres").exists()):
+
+        def at_crash_points() -> bool:
+            # Both queries blocked, and a Parquet file of the files query's batch opened. The
+            # blocked task opens its file before its rows come only as Spark's partition 0 (any
+            # other first asks its rows, which the blocking UDF holds); then partition 0's task,
+            # which opens one whatever it holds, may still be waiting for a core under load.
+            if not ((markers / "files").exists() and (markers / "postgres").exists()):
+                return False
+            return (home / "reservations" / "_spark_metadata").is_dir() and bool(
+                unlisted_files(home / "reservations")
+            )
+
+        while not at_crash_points():
             if child.poll() is not None:
                 pytest.fail(
                     f"the pipeline exited ({child.returncode}) before the crash point:\n"
