@@ -24,7 +24,7 @@ partition counts (co-partitioning) is the planner's (``streams_app.topology.plan
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from streams_app.app.windows import Duration, duration_ms
@@ -654,10 +654,19 @@ def _buffer_changelog(
     return INPUT
 
 
-def why_not_input(how: str, role: str, topic: Topic, other: Topic, retention_ms: int) -> str | None:
+def why_not_input(
+    how: str,
+    role: str,
+    topic: Topic,
+    other: Topic,
+    retention_ms: int,
+    broker_config: Mapping[str, str] | None = None,
+) -> str | None:
     """Why the input ``topic`` cannot restore the buffer of side ``role`` (``other``: the other
     side's input; ``retention_ms``: how long the buffer keeps a record), or None if it can: it
-    must hold what the buffer holds, for as long as the buffer keeps it (docs/joins.md)."""
+    must hold what the buffer holds, for as long as the buffer keeps it (docs/joins.md).
+    Judged on what the app declares of the topic, or on ``broker_config``: the topic's
+    settings as the broker has them (``runtime/source_changelogs.py``, at a worker's start)."""
     if how == OUTER or (how == LEFT and role == "left"):
         return (
             "its records get nulls, and a record whose null is released leaves its buffer, "
@@ -665,18 +674,22 @@ def why_not_input(how: str, role: str, topic: Topic, other: Topic, retention_ms:
         )
     if topic is other:
         return "one topic joined with itself cannot be the changelog of both buffers"
-    config = topic.config
-    if "compact" in str(config.get("cleanup.policy", "")):
-        return f"topic {topic.name!r} is declared compacted, and compaction drops records"
-    declared = config.get("retention.ms")
-    if declared is not None and 0 <= int(declared) < retention_ms:
+    config = topic.config if broker_config is None else broker_config
+    declared = broker_config is None
+    policy = str(config.get("cleanup.policy", ""))
+    if "compact" in policy:
+        how_so = "declared compacted" if declared else f"compacted (cleanup.policy={policy})"
+        return f"topic {topic.name!r} is {how_so}, and compaction drops records"
+    kept = config.get("retention.ms")
+    if kept is not None and 0 <= int(kept) < retention_ms:
         return (
-            f"topic {topic.name!r} keeps records {int(declared)} ms (retention.ms), less than "
+            f"topic {topic.name!r} keeps records {int(kept)} ms (retention.ms), less than "
             f"the buffer keeps them ({retention_ms} ms: before + after + grace)"
         )
     size = config.get("retention.bytes")
     if size is not None and int(size) >= 0:
-        return f"topic {topic.name!r} declares retention.bytes={size}, which may delete records"
+        has = "declares" if declared else "has"
+        return f"topic {topic.name!r} {has} retention.bytes={size}, which may delete records"
     if topic.on_invalid_timestamp == "partition_time":
         return (
             f"topic {topic.name!r} gives a record without a valid time its partition's time "

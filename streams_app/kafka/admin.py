@@ -347,22 +347,27 @@ class KafkaAdmin:
                 )
         return limits
 
-    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
-        if not topics:
+    async def topic_configs(
+        self, topics: Collection[str], keys: Collection[str]
+    ) -> dict[str, dict[str, str]]:
+        if not topics or not keys:
             return {}
+        wanted = {key: None for key in sorted(set(keys))}
         resources = [
-            ConfigResource(ConfigResourceType.TOPIC, name, {"max.message.bytes": None})
+            ConfigResource(ConfigResourceType.TOPIC, name, dict(wanted))
             for name in sorted(set(topics))
         ]
         responses = await self._any_node(lambda: self._admin.describe_configs(resources))
-        found: dict[str, int] = {}
+        found: dict[str, dict[str, str]] = {}
         for response in responses:
             for error_code, _message, _type, name, entries in _resources(response):
                 if error_code:
                     continue  # not authorized or gone: nothing to check against
-                value = _int({entry[0]: entry[1] for entry in entries}, "max.message.bytes")
-                if value is not None:
-                    found[name] = value
+                found[name] = {
+                    entry[0]: str(entry[1])
+                    for entry in entries
+                    if entry[0] in wanted and entry[1] is not None
+                }
         return found
 
 

@@ -57,9 +57,17 @@ def check_broker_limits(settings: Settings, limits: Collection[BrokerLimits]) ->
                     )
 
 
-def check_topic_limits(settings: Settings, max_message_bytes: Mapping[str, int]) -> None:
-    """Raise :class:`ConfigError` when a topic we write refuses batches our producer may send."""
-    for topic, limit in sorted(max_message_bytes.items()):
+#: The topic setting :func:`check_topic_limits` reads.
+TOPIC_LIMIT_KEYS = ("max.message.bytes",)
+
+
+def check_topic_limits(settings: Settings, configs: Mapping[str, Mapping[str, str]]) -> None:
+    """Raise :class:`ConfigError` when a topic we write (``configs``: its settings as the broker
+    has them, by name) refuses batches our producer may send."""
+    for topic, config in sorted(configs.items()):
+        if "max.message.bytes" not in config:
+            continue
+        limit = int(config["max.message.bytes"])
         for name in ("max_request_size", "producer_max_batch_size"):
             value = getattr(settings, name)
             if value > limit:

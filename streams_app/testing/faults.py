@@ -613,11 +613,13 @@ class HarnessAdmin:
         self.switch.refuse()
         return await self.inner.broker_limits()
 
-    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
+    async def topic_configs(
+        self, topics: Collection[str], keys: Collection[str]
+    ) -> dict[str, dict[str, str]]:
         self.switch.refuse()
         names = self.names
-        found = await self.inner.topic_max_message_bytes([names.topic(t) for t in topics])
-        return {names.local(t): n for t, n in found.items()}
+        found = await self.inner.topic_configs([names.topic(t) for t in topics], keys)
+        return {names.local(t): configs for t, configs in found.items()}
 
     async def open_transactions(self, prefix: str) -> list[str]:
         self.switch.refuse()

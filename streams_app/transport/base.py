@@ -527,8 +527,11 @@ class AdminClient(Protocol):
         """Each broker's limits; None when the principal may not describe broker configs."""
         ...
 
-    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
-        """``max.message.bytes`` of each existing topic the principal may describe."""
+    async def topic_configs(
+        self, topics: Collection[str], keys: Collection[str]
+    ) -> dict[str, dict[str, str]]:
+        """The settings ``keys`` of each existing topic the principal may describe, as the
+        broker reports them (its defaults included; a setting without a value left out)."""
         ...
 
     async def open_transactions(self, prefix: str) -> list[str]:

@@ -1129,9 +1129,11 @@ class KafkaAdminClient:
         except aerrors.KafkaError as exc:
             raise TransportError(f"reading the brokers' configs failed: {exc!r}") from exc
 
-    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
+    async def topic_configs(
+        self, topics: Collection[str], keys: Collection[str]
+    ) -> dict[str, dict[str, str]]:
         try:
-            return await self._a.topic_max_message_bytes(topics)
+            return await self._a.topic_configs(topics, keys)
         except aerrors.KafkaError as exc:
             raise TransportError(f"reading topic configs failed: {exc!r}") from exc
 

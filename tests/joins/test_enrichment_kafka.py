@@ -20,6 +20,10 @@ from tests.runtime.helpers import KafkaObserver, wait_until
 from tests.windows.data import BASE
 from tests.windows.test_vs_kafka_streams import create_topics
 
+#: The customers topic as the app declares it (tests/joins/enrichment_app.py), which the worker
+#: checks at start: its table restores from it.
+COMPACTED = {"cleanup.policy": "compact"}
+
 pytestmark = pytest.mark.kafka
 
 ORDERS = 4_000
@@ -58,7 +62,10 @@ async def test_stream_table_join_exactly_once_through_a_sigkill(
 ) -> None:
     suffix = unique
     await create_topics(
-        bootstrap_servers, [f"customers-{suffix}", f"orders-{suffix}", f"enriched-{suffix}"], 2
+        bootstrap_servers,
+        [f"customers-{suffix}", f"orders-{suffix}", f"enriched-{suffix}"],
+        2,
+        {f"customers-{suffix}": COMPACTED},  # as the app declares it
     )
     # Everything is written first: each task meets both topics from its first fetch and
     # processes them in timestamp order, so which version each order meets is decided.

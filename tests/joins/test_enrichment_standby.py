@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaProducer
 
 from streams_app.readback import read_topics
 from streams_app.testing.workers import WorkerProcess
+from tests.joins.test_enrichment_kafka import COMPACTED
 from tests.runtime.helpers import KafkaObserver, app_workers, wait_until
 from tests.runtime.test_standby import (
     assignment,
@@ -109,7 +110,7 @@ async def test_a_promoted_standby_of_a_table_built_from_a_topic_holds_what_proce
 ) -> None:
     customers, orders, enriched = f"customers-{unique}", f"orders-{unique}", f"enriched-{unique}"
     group = f"enrich-{unique}"
-    await create_topics(bootstrap_servers, [customers, orders, enriched], 2)
+    await create_topics(bootstrap_servers, [customers, orders, enriched], 2, {customers: COMPACTED})
     valid = [(f"c{c}", json.dumps({"v": 1}).encode()) for c in range(CUSTOMERS)]
     await produce(bootstrap_servers, customers, valid + [(k, b"not json") for k, _ in valid])
     env = {

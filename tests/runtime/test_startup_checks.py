@@ -9,6 +9,7 @@ import pytest
 from streams_app import App, BrokerUnavailable, ConfigError, TopologyError
 from streams_app.broker import free_port
 from tests.runtime.helpers import running_worker
+from tests.windows.test_vs_kafka_streams import create_topics
 
 
 def simple_app(app_id: str, bootstrap: str, **settings: object) -> App:
@@ -126,3 +127,20 @@ async def test_output_topic_with_a_smaller_message_limit_is_named(
         await app.worker(state_dir=tmp_path).run()
     assert info.value.setting == "max_request_size"
     assert f"small-{unique}" in str(info.value) and "100000" in str(info.value)
+
+
+async def test_inputs_that_restore_a_store_are_checked_as_the_broker_has_them(
+    bootstrap_servers: str, unique: str, tmp_path: Path
+) -> None:
+    # The app declares the customers topic compacted, so its table restores from it; the topic
+    # exists already, made with the broker's default (delete): a restore would lose keys.
+    customers_topic = f"cust-{unique}"
+    await create_topics(bootstrap_servers, [customers_topic], 1)
+    app = App(f"srcchk-{unique}", broker=bootstrap_servers, topic_partitions=1)
+    customers = app.topic(
+        customers_topic, key_type=str, value_type=dict, config={"cleanup.policy": "compact"}
+    )
+    orders = app.topic(f"ord-{unique}", key_type=str, value_type=dict)
+    orders.join(app.Table("customers", source=customers)).to(app.topic(f"out-{unique}"))
+    with pytest.raises(ConfigError, match=f"cleanup.policy of topic '{customers_topic}'"):
+        await app.worker(state_dir=tmp_path).run()

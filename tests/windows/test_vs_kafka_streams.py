@@ -26,6 +26,7 @@ import os
 import re
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -81,11 +82,21 @@ def kafka_streams_command(
     ]
 
 
-async def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+async def create_topics(
+    bootstrap: str,
+    names: list[str],
+    partitions: int,
+    configs: Mapping[str, Mapping[str, str]] | None = None,
+) -> None:
+    """``names`` with ``partitions`` each, and the settings ``configs`` gives a topic by name
+    (a topic the app declares compacted must be made so: the worker checks at start)."""
+    configs = configs or {}
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+        await admin.create_topics(
+            [NewTopic(n, partitions, 1, topic_configs=dict(configs.get(n, {}))) for n in names]
+        )
     finally:
         await admin.close()
 

@@ -40,7 +40,11 @@ from typing import TYPE_CHECKING, Any
 
 from streams_app.runtime import guarantees
 from streams_app.runtime.actor import AgentRunner
-from streams_app.runtime.broker_limits import check_broker_limits, check_topic_limits
+from streams_app.runtime.broker_limits import (
+    TOPIC_LIMIT_KEYS,
+    check_broker_limits,
+    check_topic_limits,
+)
 from streams_app.runtime.clock import Clock, SystemClock
 from streams_app.runtime.dead_letters import DeadLetters
 from streams_app.runtime.errors_policy import ErrorPolicy
@@ -62,6 +66,7 @@ from streams_app.runtime.reconnect import Reconnect
 from streams_app.runtime.replicas import Replicas
 from streams_app.runtime.rpc import RpcClient
 from streams_app.runtime.services import Services
+from streams_app.runtime.source_changelogs import KEYS, check_source_changelogs, restoring_topics
 from streams_app.runtime.state_memory import log_state_memory
 from streams_app.runtime.stopping import close_local
 from streams_app.runtime.task import Task
@@ -384,7 +389,12 @@ class Worker:
             for name in plan.partition_counts
             if name not in plan.input_topics or name.endswith("-repartition")
         ]
-        check_topic_limits(conf, await admin.topic_max_message_bytes(written))
+        # One DescribeConfigs: the topics we write against our batch sizes, and the inputs
+        # some store restores from against what the store needs of them.
+        restoring = restoring_topics(self.app)
+        configs = await admin.topic_configs([*written, *restoring], TOPIC_LIMIT_KEYS + KEYS)
+        check_topic_limits(conf, {t: configs[t] for t in written if t in configs})
+        check_source_changelogs(self.app, {t: configs[t] for t in restoring if t in configs})
         if any(a.isolated_partitions for a in description.agents):
             # One actor per partition: now that the partition counts are known.
             self.runner.partition_counts = dict(plan.partition_counts)

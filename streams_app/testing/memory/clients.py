@@ -820,9 +820,11 @@ class MemoryAdmin(_Client):
         await self._enter()
         return None  # the model has no broker configs to check against
 
-    async def topic_max_message_bytes(self, topics: Collection[str]) -> dict[str, int]:
+    async def topic_configs(
+        self, topics: Collection[str], keys: Collection[str]
+    ) -> dict[str, dict[str, str]]:
         await self._enter()
-        return {}
+        return {}  # the model enforces no topic config: nothing to check against
 
     async def check_exactly_once_support(self) -> None:
         await self._enter()
