@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from streams_app.app.table import Table
 
 #: The topic settings the check reads.
-KEYS = ("cleanup.policy", "retention.ms", "retention.bytes")
+RESTORE_KEYS = ("cleanup.policy", "retention.ms", "retention.bytes")
 
 
 def restoring_topics(app: App) -> set[str]:

@@ -66,7 +66,11 @@ from streams_app.runtime.reconnect import Reconnect
 from streams_app.runtime.replicas import Replicas
 from streams_app.runtime.rpc import RpcClient
 from streams_app.runtime.services import Services
-from streams_app.runtime.source_changelogs import KEYS, check_source_changelogs, restoring_topics
+from streams_app.runtime.source_changelogs import (
+    RESTORE_KEYS,
+    check_source_changelogs,
+    restoring_topics,
+)
 from streams_app.runtime.state_memory import log_state_memory
 from streams_app.runtime.stopping import close_local
 from streams_app.runtime.task import Task
@@ -392,7 +396,7 @@ class Worker:
         # One DescribeConfigs: the topics we write against our batch sizes, and the inputs
         # some store restores from against what the store needs of them.
         restoring = restoring_topics(self.app)
-        configs = await admin.topic_configs([*written, *restoring], TOPIC_LIMIT_KEYS + KEYS)
+        configs = await admin.topic_configs([*written, *restoring], TOPIC_LIMIT_KEYS + RESTORE_KEYS)
         check_topic_limits(conf, {t: configs[t] for t in written if t in configs})
         check_source_changelogs(self.app, {t: configs[t] for t in restoring if t in configs})
         if any(a.isolated_partitions for a in description.agents):
