@@ -16,7 +16,7 @@ Here the worker stops before anything is consumed, naming the topic, its setting
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from streams_app.app.joins import why_not_input
@@ -25,7 +25,6 @@ from streams_app.topology.description import STREAM_STREAM
 
 if TYPE_CHECKING:
     from streams_app.app.app import App
-    from streams_app.app.table import Table
 
 #: The topic settings the check reads.
 RESTORE_KEYS = ("cleanup.policy", "retention.ms", "retention.bytes")
@@ -33,11 +32,7 @@ RESTORE_KEYS = ("cleanup.policy", "retention.ms", "retention.bytes")
 
 def restoring_topics(app: App) -> set[str]:
     """The input topics some store restores from."""
-    topics = {
-        table.source.name
-        for table in app.tables.values()
-        if table.source is not None and table.changelog_is_source and _declared_compacted(table)
-    }
+    topics = {source for _, source in _compacted_sources(app)}
     for join in app.joins.values():
         if join.kind == STREAM_STREAM:
             topics.update(s.source.name for s in join.stores.values() if s.source is not None)
@@ -48,19 +43,16 @@ def check_source_changelogs(app: App, configs: Mapping[str, Mapping[str, str]]) 
     """Raise :class:`ConfigError` for the first store whose input topic, as ``configs`` (the
     broker's settings of each topic, by name) has it, cannot restore it. A topic missing from
     ``configs`` (not described: no right to, or the model) is not checked."""
-    for name, table in sorted(app.tables.items()):
-        source = table.source
-        if source is None or not table.changelog_is_source or not _declared_compacted(table):
-            continue
-        policy = configs.get(source.name, {}).get("cleanup.policy")
+    for name, source in sorted(_compacted_sources(app)):
+        policy = configs.get(source, {}).get("cleanup.policy")
         if policy is not None and "compact" not in policy:
             raise ConfigError(
-                f"cleanup.policy of topic {source.name!r}",
+                f"cleanup.policy of topic {source!r}",
                 f"the topic is {policy!r} on the broker, but table {name!r} restores from it as "
                 "its changelog (the app declares it compacted): a restore would lose every key "
                 "older than the topic's retention",
                 f"make the topic compacted (kafka-configs.sh --alter --entity-type topics "
-                f"--entity-name {source.name} --add-config cleanup.policy=compact), or drop "
+                f"--entity-name {source} --add-config cleanup.policy=compact), or drop "
                 "cleanup.policy from its declaration so the table keeps a changelog of its own",
             )
     for name, join in sorted(app.joins.items()):
@@ -85,9 +77,16 @@ def check_source_changelogs(app: App, configs: Mapping[str, Mapping[str, str]]) 
                 )
 
 
-def _declared_compacted(table: Table) -> bool:
-    """A GlobalTable restores from its source whatever the app declares of it (every worker
-    reads it whole): only a table that restores from it *because* it is declared compacted
-    is checked."""
-    source = table.source
-    return source is not None and "compact" in str(source.config.get("cleanup.policy", ""))
+def _compacted_sources(app: App) -> Iterator[tuple[str, str]]:
+    """(table, source topic) of each table restored from a source declared compacted. A
+    GlobalTable restores from its source whatever the app declares of it (every worker reads
+    it whole): only a table that restores from it *because* it is declared compacted is
+    checked."""
+    for name, table in app.tables.items():
+        source = table.source
+        if (
+            source is not None
+            and table.changelog_is_source
+            and "compact" in str(source.config.get("cleanup.policy", ""))
+        ):
+            yield name, source.name
